@@ -1,0 +1,117 @@
+//! Configuration, layered: built-in defaults (DESIGN section 10), then the environment.
+//!
+//! Every binary (local server, CLI, Lambda functions) reads the same `Settings`, so a variable
+//! means the same thing wherever it is set. The database URL may carry a password, so it is kept
+//! in a `SecretString` and never printed by `Debug`.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/flashgate";
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub database_url: SecretString,
+    pub redis_url: String,
+    /// Local server port; 0 asks the OS for a free one (the chosen address is logged).
+    pub port: u16,
+    pub sweep_interval: Duration,
+    /// Unset: consistency mode A (no queue).
+    pub events_queue_url: Option<String>,
+    /// Postgres connections per process. Lambda wants 1-2; the local server more.
+    pub database_pool_size: usize,
+    /// How long a request may wait for a pooled Postgres connection before answering 503.
+    pub database_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("environment variable {name}: {problem}")]
+pub struct ConfigError {
+    name: &'static str,
+    problem: String,
+}
+
+impl Settings {
+    /// Defaults overridden by the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Same as `from_env`, reading variables through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        Ok(Settings {
+            database_url: SecretString::from(
+                get("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
+            ),
+            redis_url: get("REDIS_URL").unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
+            port: parse(&get, "PORT", 3000)?,
+            sweep_interval: Duration::from_secs(parse(&get, "SWEEP_INTERVAL_SECONDS", 60)?),
+            events_queue_url: get("EVENTS_QUEUE_URL"),
+            database_pool_size: parse(&get, "DATABASE_POOL_SIZE", 16)?,
+            database_timeout: Duration::from_millis(parse(&get, "DATABASE_TIMEOUT_MS", 2000)?),
+        })
+    }
+
+    pub fn database_url(&self) -> &str {
+        self.database_url.expose_secret()
+    }
+}
+
+fn parse<T: std::str::FromStr>(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: T,
+) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    match get(name) {
+        None => Ok(default),
+        Some(raw) => raw.trim().parse().map_err(|e: T::Err| ConfigError {
+            name,
+            problem: format!("{raw:?} is not valid: {e}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.database_url(), DEFAULT_DATABASE_URL);
+        assert_eq!(s.redis_url, DEFAULT_REDIS_URL);
+        assert_eq!(s.port, 3000);
+        assert_eq!(s.sweep_interval, Duration::from_secs(60));
+        assert!(s.events_queue_url.is_none());
+    }
+
+    #[test]
+    fn environment_overrides_and_bad_values_name_the_variable() {
+        let s = settings(&[("PORT", "0"), ("EVENTS_QUEUE_URL", "http://q")]).unwrap();
+        assert_eq!(s.port, 0);
+        assert_eq!(s.events_queue_url.as_deref(), Some("http://q"));
+        let err = settings(&[("PORT", "http")]).unwrap_err().to_string();
+        assert!(err.contains("PORT"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_hides_the_database_url() {
+        let s = settings(&[("DATABASE_URL", "postgres://u:hunter2@db/x")]).unwrap();
+        assert!(!format!("{s:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,184 @@
+//! The one place where errors become HTTP: status code, `{"error", "message"}` body, extra
+//! fields (`reason`, `Retry-After`). Every operation's error enum is mapped here and nowhere else.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::Outcome;
+use crate::domain::Invalid;
+use crate::errors::{
+    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ReleaseError,
+    ReserveError, StoreError,
+};
+
+/// Seconds a client is asked to wait after a 503.
+const RETRY_AFTER_SECONDS: u32 = 1;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// NOT_ELIGIBLE's `reason` field.
+    pub reason: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: &'a str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            reason: None,
+        }
+    }
+
+    fn not_eligible(reason: &'static str, message: String) -> Self {
+        ApiError {
+            reason: Some(reason),
+            ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "NOT_ELIGIBLE", message)
+        }
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "INVALID_REQUEST",
+            format!("request body is larger than {limit} bytes"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Body {
+            error: self.code,
+            message: &self.message,
+            reason: self.reason,
+        };
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        response
+            .extensions_mut()
+            .insert(Outcome(self.reason.unwrap_or(self.code)));
+        response
+    }
+}
+
+impl From<Invalid> for ApiError {
+    fn from(e: Invalid) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", e.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        // The detail goes to the log, not to the client.
+        tracing::error!(error = %e, "dependency failure");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            "a dependency is unavailable; retry later",
+        )
+    }
+}
+
+impl From<CreateVoucherError> for ApiError {
+    fn from(e: CreateVoucherError) -> Self {
+        let message = e.to_string();
+        match e {
+            CreateVoucherError::Invalid(e) => e.into(),
+            CreateVoucherError::Exists(_) => {
+                ApiError::new(StatusCode::CONFLICT, "VOUCHER_EXISTS", message)
+            }
+            CreateVoucherError::Unavailable(e) => e.into(),
+        }
+    }
+}
+
+impl From<GetVoucherError> for ApiError {
+    fn from(e: GetVoucherError) -> Self {
+        let message = e.to_string();
+        match e {
+            GetVoucherError::Invalid(e) => e.into(),
+            GetVoucherError::NotFound(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND", message)
+            }
+            GetVoucherError::Unavailable(e) => e.into(),
+        }
+    }
+}
+
+impl From<ReserveError> for ApiError {
+    fn from(e: ReserveError) -> Self {
+        use ReserveError::*;
+        let message = e.to_string();
+        match e {
+            Invalid(e) => e.into(),
+            VoucherNotFound => ApiError::new(StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND", message),
+            OutOfStock => ApiError::new(StatusCode::CONFLICT, "OUT_OF_STOCK", message),
+            AlreadyUsed => ApiError::new(StatusCode::CONFLICT, "ALREADY_USED", message),
+            OrderConflict => ApiError::new(StatusCode::CONFLICT, "ORDER_CONFLICT", message),
+            Released => ApiError::new(StatusCode::CONFLICT, "RESERVATION_RELEASED", message),
+            NotStarted => ApiError::not_eligible("NOT_STARTED", message),
+            Expired => ApiError::not_eligible("EXPIRED", message),
+            MinOrderAmount => ApiError::not_eligible("MIN_ORDER_AMOUNT", message),
+            Unavailable(e) => e.into(),
+        }
+    }
+}
+
+impl From<GetReservationError> for ApiError {
+    fn from(e: GetReservationError) -> Self {
+        let message = e.to_string();
+        match e {
+            GetReservationError::Invalid(e) => e.into(),
+            GetReservationError::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "RESERVATION_NOT_FOUND", message)
+            }
+            GetReservationError::Unavailable(e) => e.into(),
+        }
+    }
+}
+
+impl From<ConfirmError> for ApiError {
+    fn from(e: ConfirmError) -> Self {
+        let message = e.to_string();
+        match e {
+            ConfirmError::Invalid(e) => e.into(),
+            ConfirmError::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "RESERVATION_NOT_FOUND", message)
+            }
+            ConfirmError::Released => {
+                ApiError::new(StatusCode::CONFLICT, "RESERVATION_RELEASED", message)
+            }
+            ConfirmError::Unavailable(e) => e.into(),
+        }
+    }
+}
+
+impl From<ReleaseError> for ApiError {
+    fn from(e: ReleaseError) -> Self {
+        let message = e.to_string();
+        match e {
+            ReleaseError::Invalid(e) => e.into(),
+            ReleaseError::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "RESERVATION_NOT_FOUND", message)
+            }
+            ReleaseError::Unavailable(e) => e.into(),
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! The HTTP API of DESIGN section 4, as one axum `Router`.
+//!
+//! The local server serves every route; each Lambda function mounts only its family
+//! ([`Routes`]) of the same router, so the handlers exist once. Input is parsed by [`JsonBody`]
+//! and the domain parsers, so a bad request becomes a 4xx naming the field before anything
+//! touches a store; every error leaves through `error::ApiError`.
+
+pub mod error;
+
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use chrono::Utc;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::app::App;
+use crate::domain::{
+    CreateVoucherRequest, NewVoucher, OrderId, ReleaseReason, Reserve, ReserveRequest, VoucherCode,
+};
+pub use error::ApiError;
+
+/// Largest request body accepted (DESIGN section 4).
+pub const BODY_LIMIT: usize = 16 * 1024;
+
+/// Which routes a process serves. The local server takes `All`; each Lambda its own family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routes {
+    All,
+    Reserve,
+    Confirm,
+    Release,
+    Admin,
+}
+
+/// What a request came to, for the one log line per request: set on every response.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome(pub &'static str);
+
+/// The orderId of a reserve (it is in the body, not the path), for the log line.
+#[derive(Debug, Clone)]
+struct LoggedOrderId(String);
+
+pub fn router(app: App, routes: Routes) -> Router {
+    let mut r = Router::new()
+        .route("/health", get(health))
+        .route("/health/live", get(live));
+    if matches!(routes, Routes::All | Routes::Reserve) {
+        r = r.route("/vouchers/{code}/reservations", post(reserve));
+    }
+    if matches!(routes, Routes::All | Routes::Confirm) {
+        r = r.route(
+            "/vouchers/{code}/reservations/{order_id}/confirm",
+            post(confirm),
+        );
+    }
+    if matches!(routes, Routes::All | Routes::Release) {
+        r = r.route("/vouchers/{code}/reservations/{order_id}", delete(release));
+    }
+    if matches!(routes, Routes::All | Routes::Admin) {
+        r = r
+            .route("/vouchers", post(create_voucher))
+            .route("/vouchers/{code}", get(get_voucher))
+            .route(
+                "/vouchers/{code}/reservations/{order_id}",
+                get(get_reservation),
+            );
+    }
+    r.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(log_request))
+        .with_state(app)
+}
+
+/// A JSON body parsed with the path of the offending field in every error message.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::too_large(BODY_LIMIT)
+            } else {
+                ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", e.body_text())
+            }
+        })?;
+        let de = &mut serde_json::Deserializer::from_slice(&bytes);
+        serde_path_to_error::deserialize(de)
+            .map(JsonBody)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                let message = if path == "." {
+                    format!("invalid JSON body: {inner}")
+                } else {
+                    format!("{path}: {inner}")
+                };
+                ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
+            })
+    }
+}
+
+fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+    p.map(|Path(t)| t)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", e.body_text()))
+}
+
+fn ok(status: StatusCode, outcome: &'static str, body: impl IntoResponse) -> Response {
+    let mut response = (status, body).into_response();
+    response.extensions_mut().insert(Outcome(outcome));
+    response
+}
+
+async fn create_voucher(
+    State(app): State<App>,
+    JsonBody(body): JsonBody<CreateVoucherRequest>,
+) -> Result<Response, ApiError> {
+    let voucher = NewVoucher::try_from(body)?;
+    let view = app.store.create_voucher(&voucher).await?;
+    Ok(ok(StatusCode::CREATED, "CREATED", Json(view)))
+}
+
+async fn get_voucher(
+    State(app): State<App>,
+    code: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let code = VoucherCode::parse(&path(code)?)?;
+    let view = app.store.voucher(&code).await?;
+    Ok(ok(StatusCode::OK, "FOUND", Json(view)))
+}
+
+async fn reserve(
+    State(app): State<App>,
+    code: Result<Path<String>, PathRejection>,
+    JsonBody(body): JsonBody<ReserveRequest>,
+) -> Result<Response, ApiError> {
+    let code = VoucherCode::parse(&path(code)?)?;
+    let request = Reserve::parse(code, body)?;
+    let order_id = LoggedOrderId(request.order_id.as_str().to_owned());
+    let result = app
+        .store
+        .reserve(&request, crate::domain::millis(Utc::now()))
+        .await;
+    let mut response = match result {
+        Ok(reservation) => ok(StatusCode::CREATED, "RESERVED", Json(reservation)),
+        Err(e) => ApiError::from(e).into_response(),
+    };
+    response.extensions_mut().insert(order_id);
+    Ok(response)
+}
+
+fn key(
+    p: Result<Path<(String, String)>, PathRejection>,
+) -> Result<(VoucherCode, OrderId), ApiError> {
+    let (code, order_id) = path(p)?;
+    Ok((VoucherCode::parse(&code)?, OrderId::parse(&order_id)?))
+}
+
+async fn get_reservation(
+    State(app): State<App>,
+    p: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (code, order_id) = key(p)?;
+    let view = app.store.reservation(&code, &order_id).await?;
+    Ok(ok(StatusCode::OK, "FOUND", Json(view)))
+}
+
+async fn confirm(
+    State(app): State<App>,
+    p: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (code, order_id) = key(p)?;
+    let confirmation = app.store.confirm(&code, &order_id, Utc::now()).await?;
+    Ok(ok(StatusCode::OK, "CONFIRMED", Json(confirmation)))
+}
+
+async fn release(
+    State(app): State<App>,
+    p: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (code, order_id) = key(p)?;
+    app.store
+        .release(&code, &order_id, ReleaseReason::Cancelled, Utc::now())
+        .await?;
+    Ok(ok(StatusCode::NO_CONTENT, "RELEASED", ()))
+}
+
+/// Readiness: Postgres decides; Redis down only degrades flash vouchers.
+async fn health(State(app): State<App>) -> Response {
+    const LIMIT: Duration = Duration::from_secs(1);
+    let postgres = tokio::time::timeout(LIMIT, app.store.ping()).await;
+    let postgres_up = matches!(postgres, Ok(Ok(())));
+    let redis_up = app.redis_ping(LIMIT).await;
+    let state = |up: bool| if up { "up" } else { "down" };
+    let (status, outcome) = if postgres_up {
+        (StatusCode::OK, "HEALTHY")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "UNHEALTHY")
+    };
+    let body = json!({
+        "status": if !postgres_up { "unavailable" } else if redis_up { "ok" } else { "degraded" },
+        "postgres": state(postgres_up),
+        "redis": state(redis_up),
+    });
+    ok(status, outcome, Json(body))
+}
+
+/// Liveness, touching nothing: also the ceiling of this HTTP stack in benchmarks.
+async fn live() -> Response {
+    ok(StatusCode::OK, "LIVE", Json(json!({"status": "ok"})))
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        format!("no route for {method} {}", uri.path()),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}
+
+/// One JSON log line per request: route, code, orderId, outcome, status and latency.
+async fn log_request(req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let response = next.run(req).await;
+    let mut segments = path.split('/').skip(1);
+    let code = match segments.next() {
+        Some("vouchers") => segments.next().map(str::to_ascii_uppercase),
+        _ => None,
+    };
+    let order_id = match response.extensions().get::<LoggedOrderId>() {
+        Some(LoggedOrderId(id)) => Some(id.clone()),
+        None => segments.nth(1).map(str::to_owned),
+    };
+    let outcome = response.extensions().get::<Outcome>().map_or("", |o| o.0);
+    tracing::info!(
+        method = %method,
+        path = %path,
+        code = code.as_deref(),
+        order_id = order_id.as_deref(),
+        outcome,
+        status = response.status().as_u16(),
+        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "request"
+    );
+    response
+}

@@ -1,0 +1,443 @@
+//! Postgres: the pool, migrations and every query the service makes.
+//!
+//! Queries go through `query_typed`, which uses the unnamed statement: no named prepared
+//! statement is left on the connection, so RDS Proxy can keep multiplexing it (named statements
+//! pin a client to one backend). Each operation is one round trip; the status logic itself lives
+//! in the SQL functions `fg_reserve` and `fg_merge` (migrations/), so it runs next to the rows it
+//! locks and the voucher row is touched once, at the end of the transaction.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::{error::SqlState, types::Type, NoTls, Row};
+
+use crate::config::Settings;
+use crate::domain::{
+    Confirmation, NewVoucher, OrderId, ReleaseReason, Reservation, ReservationView, Reserve,
+    Status, VoucherCode, VoucherView,
+};
+use crate::errors::{
+    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ReleaseError,
+    ReserveError, StoreError,
+};
+
+mod embedded {
+    refinery::embed_migrations!("../migrations");
+}
+
+/// Serialises concurrent `migrate` calls (several Lambda cold starts, several test servers).
+const MIGRATION_LOCK: i64 = 0x666c_6173_6867_6174; // "flashgat"
+
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    url: String,
+}
+
+/// One status change for [`Store::merge`]: the arguments of `fg_merge`.
+#[derive(Debug, Clone)]
+pub struct Merge<'a> {
+    pub code: &'a str,
+    pub order_id: &'a str,
+    /// None: only the key is known (API confirm and release); a missing row is then NOT_FOUND.
+    pub customer_id: Option<i64>,
+    pub status: Status,
+    pub order_amount: Option<i64>,
+    pub discount_amount: Option<i64>,
+    pub reserved_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub reason: Option<ReleaseReason>,
+    pub now: DateTime<Utc>,
+    /// A refused +1 stores RELEASED/REVOKED instead of failing the call.
+    pub revoke: bool,
+}
+
+impl<'a> Merge<'a> {
+    /// A change that knows only the key (confirm, release).
+    pub fn by_key(code: &'a str, order_id: &'a str, status: Status, now: DateTime<Utc>) -> Self {
+        Merge {
+            code,
+            order_id,
+            customer_id: None,
+            status,
+            order_amount: None,
+            discount_amount: None,
+            reserved_at: None,
+            expires_at: None,
+            reason: None,
+            now,
+            revoke: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeOutcome {
+    Applied,
+    Unchanged,
+    OrderConflict,
+    NotFound,
+    Revoked,
+}
+
+/// What `fg_merge` answered, with the row as it stands afterwards (absent for NOT_FOUND).
+#[derive(Debug, Clone)]
+pub struct Merged {
+    pub outcome: MergeOutcome,
+    pub row: Option<RowFacts>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RowFacts {
+    pub customer_id: i64,
+    pub status: Status,
+    pub discount_amount: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl Store {
+    /// Builds the pool; no connection is made until the first query.
+    pub fn connect(settings: &Settings) -> Result<Store, StoreError> {
+        let url = settings.database_url().to_owned();
+        let mut pg: tokio_postgres::Config = url.parse().map_err(StoreError::Config)?;
+        // A dead database must turn into a fast 503, not a hung request.
+        pg.connect_timeout(Duration::from_secs(2));
+        if pg.get_application_name().is_none() {
+            pg.application_name("flashgate");
+        }
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(settings.database_pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(settings.database_timeout))
+            .create_timeout(Some(settings.database_timeout))
+            .recycle_timeout(Some(settings.database_timeout))
+            .build()
+            .map_err(|e| StoreError::Pool(e.to_string()))?;
+        Ok(Store { pool, url })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| StoreError::Pool(e.to_string()))
+    }
+
+    /// Creates the database named in the URL if it does not exist yet (local runs, tests).
+    pub async fn ensure_database(&self) -> Result<(), StoreError> {
+        let mut cfg: tokio_postgres::Config = self.url.parse().map_err(StoreError::Config)?;
+        let name = cfg.get_dbname().unwrap_or("postgres").to_owned();
+        cfg.dbname("postgres");
+        cfg.connect_timeout(Duration::from_secs(5));
+        let (client, conn) = cfg.connect(NoTls).await?;
+        tokio::spawn(conn);
+        let exists = client
+            .query_typed(
+                "SELECT 1 FROM pg_database WHERE datname = $1",
+                &[(&name, Type::TEXT)],
+            )
+            .await?;
+        if exists.is_empty() {
+            let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+            match client
+                .batch_execute(&format!("CREATE DATABASE {quoted}"))
+                .await
+            {
+                Err(e) if e.code() == Some(&SqlState::DUPLICATE_DATABASE) => {}
+                other => other?,
+            }
+            tracing::info!(database = %name, "created database");
+        }
+        Ok(())
+    }
+
+    /// Applies pending migrations under an advisory lock.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        client
+            .batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
+            .await?;
+        let client: &mut tokio_postgres::Client = &mut client;
+        let report = embedded::migrations::runner().run_async(client).await;
+        client
+            .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
+            .await?;
+        let report = report.map_err(|e| StoreError::Migration(e.to_string()))?;
+        for m in report.applied_migrations() {
+            tracing::info!(migration = %m, "applied migration");
+        }
+        Ok(())
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.client().await?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+
+    pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(
+                "INSERT INTO voucher (code, discount_amount, min_order_amount, total_limit,
+                                      per_user_limit, starts_at, ends_at, flash_sale,
+                                      reservation_ttl_seconds)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (code) DO NOTHING
+                 RETURNING code",
+                &[
+                    (&v.code.as_str(), Type::TEXT),
+                    (&v.discount_amount, Type::INT8),
+                    (&v.min_order_amount, Type::INT8),
+                    (&v.total_limit, Type::INT4),
+                    (&v.per_user_limit, Type::INT4),
+                    (&v.starts_at, Type::TIMESTAMPTZ),
+                    (&v.ends_at, Type::TIMESTAMPTZ),
+                    (&v.flash_sale, Type::BOOL),
+                    (&v.reservation_ttl_seconds, Type::INT4),
+                ],
+            )
+            .await
+            .map_err(StoreError::from)?;
+        if rows.is_empty() {
+            return Err(CreateVoucherError::Exists(v.code.as_str().to_owned()));
+        }
+        Ok(VoucherView {
+            code: v.code.as_str().to_owned(),
+            discount_amount: v.discount_amount,
+            min_order_amount: v.min_order_amount,
+            total_limit: v.total_limit.into(),
+            per_user_limit: v.per_user_limit.into(),
+            starts_at: v.starts_at,
+            ends_at: v.ends_at,
+            flash_sale: v.flash_sale,
+            reservation_ttl_seconds: v.reservation_ttl_seconds.into(),
+            used_count: 0,
+            remaining: v.total_limit.into(),
+            reserved_count: 0,
+            confirmed_count: 0,
+        })
+    }
+
+    pub async fn voucher(&self, code: &VoucherCode) -> Result<VoucherView, GetVoucherError> {
+        let client = self.client().await?;
+        let row = client
+            .query_typed(
+                "SELECT v.code, v.discount_amount, v.min_order_amount, v.total_limit,
+                        v.per_user_limit, v.starts_at, v.ends_at, v.flash_sale,
+                        v.reservation_ttl_seconds, v.used_count,
+                        (SELECT count(*) FROM redemption r
+                          WHERE r.voucher_code = v.code AND r.status = 1) AS reserved,
+                        (SELECT count(*) FROM redemption r
+                          WHERE r.voucher_code = v.code AND r.status = 2) AS confirmed
+                   FROM voucher v WHERE v.code = $1",
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await
+            .map_err(StoreError::from)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| GetVoucherError::NotFound(code.as_str().to_owned()))?;
+        let total: i32 = row.get("total_limit");
+        let used: i32 = row.get("used_count");
+        Ok(VoucherView {
+            code: row.get("code"),
+            discount_amount: row.get("discount_amount"),
+            min_order_amount: row.get("min_order_amount"),
+            total_limit: total.into(),
+            per_user_limit: row.get::<_, i32>("per_user_limit").into(),
+            starts_at: row.get("starts_at"),
+            ends_at: row.get("ends_at"),
+            flash_sale: row.get("flash_sale"),
+            reservation_ttl_seconds: row.get::<_, i32>("reservation_ttl_seconds").into(),
+            used_count: used.into(),
+            remaining: (total - used).into(),
+            reserved_count: row.get("reserved"),
+            confirmed_count: row.get("confirmed"),
+        })
+    }
+
+    /// Standard-mode reserve: one call to `fg_reserve`, one round trip.
+    pub async fn reserve(
+        &self,
+        r: &Reserve,
+        now: DateTime<Utc>,
+    ) -> Result<Reservation, ReserveError> {
+        let client = self.client().await?;
+        let result = client
+            .query_typed(
+                "SELECT outcome, customer_id, status, discount_amount, expires_at
+                   FROM fg_reserve($1, $2, $3, $4, $5)",
+                &[
+                    (&r.code.as_str(), Type::TEXT),
+                    (&r.order_id.as_str(), Type::TEXT),
+                    (&r.customer_id, Type::INT8),
+                    (&r.order_amount, Type::INT8),
+                    (&now, Type::TIMESTAMPTZ),
+                ],
+            )
+            .await;
+        let row = match result {
+            Ok(rows) => rows.into_iter().next().ok_or(StoreError::NoRow)?,
+            Err(e) => return Err(refusal(&e).unwrap_or_else(|| StoreError::from(e).into())),
+        };
+        let outcome: &str = row.get("outcome");
+        match outcome {
+            "RESERVED" | "REPLAY" => Ok(Reservation {
+                order_id: r.order_id.as_str().to_owned(),
+                customer_id: row.get("customer_id"),
+                discount_amount: row.get("discount_amount"),
+                status: Status::Reserved,
+                expires_at: row.get("expires_at"),
+            }),
+            "ORDER_CONFLICT" => Err(ReserveError::OrderConflict),
+            "RESERVATION_RELEASED" => Err(ReserveError::Released),
+            "VOUCHER_NOT_FOUND" => Err(ReserveError::VoucherNotFound),
+            "NOT_STARTED" => Err(ReserveError::NotStarted),
+            "EXPIRED" => Err(ReserveError::Expired),
+            "MIN_ORDER_AMOUNT" => Err(ReserveError::MinOrderAmount),
+            "OUT_OF_STOCK" => Err(ReserveError::OutOfStock),
+            other => Err(StoreError::UnexpectedOutcome(other.to_owned()).into()),
+        }
+    }
+
+    pub async fn reservation(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+    ) -> Result<ReservationView, GetReservationError> {
+        let client = self.client().await?;
+        let row = client
+            .query_typed(
+                "SELECT customer_id, status, discount_amount, expires_at
+                   FROM redemption WHERE voucher_code = $1 AND order_id = $2",
+                &[
+                    (&code.as_str(), Type::TEXT),
+                    (&order_id.as_str(), Type::TEXT),
+                ],
+            )
+            .await
+            .map_err(StoreError::from)?
+            .into_iter()
+            .next()
+            .ok_or(GetReservationError::NotFound)?;
+        let facts = row_facts(&row)?;
+        Ok(ReservationView {
+            order_id: order_id.as_str().to_owned(),
+            customer_id: facts.customer_id,
+            status: facts.status,
+            discount_amount: facts.discount_amount,
+            expires_at: facts.expires_at,
+        })
+    }
+
+    /// The one status change: every confirm, release, event and sweep goes through here.
+    pub async fn merge(&self, m: &Merge<'_>) -> Result<Merged, StoreError> {
+        let client = self.client().await?;
+        let status = m.status.as_db();
+        let reason = m.reason.map(ReleaseReason::as_db);
+        let rows = client
+            .query_typed(
+                "SELECT outcome, customer_id, status, discount_amount, expires_at
+                   FROM fg_merge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    (&m.code, Type::TEXT),
+                    (&m.order_id, Type::TEXT),
+                    (&m.customer_id, Type::INT8),
+                    (&status, Type::INT2),
+                    (&m.order_amount, Type::INT8),
+                    (&m.discount_amount, Type::INT8),
+                    (&m.reserved_at, Type::TIMESTAMPTZ),
+                    (&m.expires_at, Type::TIMESTAMPTZ),
+                    (&reason, Type::TEXT),
+                    (&m.now, Type::TIMESTAMPTZ),
+                    (&m.revoke, Type::BOOL),
+                ],
+            )
+            .await?;
+        let row = rows.into_iter().next().ok_or(StoreError::NoRow)?;
+        let outcome = match row.get::<_, &str>("outcome") {
+            "APPLIED" => MergeOutcome::Applied,
+            "UNCHANGED" => MergeOutcome::Unchanged,
+            "ORDER_CONFLICT" => MergeOutcome::OrderConflict,
+            "NOT_FOUND" => MergeOutcome::NotFound,
+            "REVOKED" => MergeOutcome::Revoked,
+            other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
+        };
+        let row = match outcome {
+            MergeOutcome::NotFound => None,
+            _ => Some(row_facts(&row)?),
+        };
+        Ok(Merged { outcome, row })
+    }
+
+    pub async fn confirm(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+        now: DateTime<Utc>,
+    ) -> Result<Confirmation, ConfirmError> {
+        let merged = self
+            .merge(&Merge::by_key(
+                code.as_str(),
+                order_id.as_str(),
+                Status::Confirmed,
+                now,
+            ))
+            .await?;
+        match merged.row {
+            None => Err(ConfirmError::NotFound),
+            Some(row) if row.status == Status::Released => Err(ConfirmError::Released),
+            Some(row) => Ok(Confirmation {
+                order_id: order_id.as_str().to_owned(),
+                status: row.status,
+                discount_amount: row.discount_amount,
+            }),
+        }
+    }
+
+    pub async fn release(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+        reason: ReleaseReason,
+        now: DateTime<Utc>,
+    ) -> Result<(), ReleaseError> {
+        let mut merge = Merge::by_key(code.as_str(), order_id.as_str(), Status::Released, now);
+        merge.reason = Some(reason);
+        match self.merge(&merge).await?.row {
+            None => Err(ReleaseError::NotFound),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+fn row_facts(row: &Row) -> Result<RowFacts, StoreError> {
+    let raw: i16 = row.get("status");
+    Ok(RowFacts {
+        customer_id: row.get("customer_id"),
+        status: Status::from_db(raw).ok_or(StoreError::UnexpectedOutcome(raw.to_string()))?,
+        discount_amount: row.get("discount_amount"),
+        expires_at: row.get("expires_at"),
+    })
+}
+
+/// `fg_merge` refuses a +1 with SQLSTATE FG409 and the reason as the message.
+fn refusal(e: &tokio_postgres::Error) -> Option<ReserveError> {
+    let db = e.as_db_error()?;
+    if db.code().code() != "FG409" {
+        return None;
+    }
+    match db.message() {
+        "OUT_OF_STOCK" => Some(ReserveError::OutOfStock),
+        "ALREADY_USED" => Some(ReserveError::AlreadyUsed),
+        _ => None,
+    }
+}

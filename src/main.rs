@@ -1,0 +1,74 @@
+//! `flashgate`: the local server and the operator's command line (DESIGN section 10).
+//!
+//! `serve` runs the whole HTTP API, the same router the Lambda functions mount; `migrate`
+//! applies the schema and exits.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use shared::{server, telemetry, App, Settings};
+
+#[derive(Parser)]
+#[command(
+    name = "flashgate",
+    version,
+    about = "Voucher reservations that never over-allocate"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply pending migrations, then serve the whole HTTP API on 127.0.0.1:$PORT.
+    Serve {
+        /// Address to bind.
+        #[arg(long, env = "HOST", default_value = "127.0.0.1")]
+        host: String,
+    },
+    /// Create the database if missing, apply pending migrations and exit.
+    Migrate,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    telemetry::init();
+    let settings = Settings::from_env()?;
+    let app = App::new(&settings)?;
+    match cli.command {
+        Command::Migrate => {
+            app.prepare_database().await.context("migrate")?;
+            tracing::info!("database is up to date");
+        }
+        Command::Serve { host } => {
+            app.prepare_database()
+                .await
+                .context("migrate before serving")?;
+            let (listener, addr) = server::bind(&host, settings.port)
+                .await
+                .with_context(|| format!("bind {host}:{}", settings.port))?;
+            tracing::info!(%addr, url = %format!("http://{addr}"), "listening");
+            server::serve(listener, app, shutdown_signal()).await?;
+            tracing::info!("stopped");
+        }
+    }
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
