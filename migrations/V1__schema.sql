@@ -191,11 +191,15 @@ END;
 $$;
 
 -- fg_reserve: standard-mode reserve in one round trip.
--- Idempotency first (a retry is answered from the stored row even after the window closed),
--- then eligibility, then a sold-out short cut that writes nothing, then fg_merge.
+-- One read, one snapshot, gives the voucher, this order's row and the customer's active uses;
+-- deciding from a single snapshot keeps answers stable: a retry racing its first attempt either
+-- sees the committed row (REPLAY) or sees none of its effects and meets it in fg_merge.
+-- Then: idempotency (a retry is answered from the stored row even after the window closed),
+-- eligibility, short cuts that write nothing (per-user limit before stock, so a refusal repeats
+-- the same way while nothing is released), and fg_merge.
 -- outcome: RESERVED (new), REPLAY (same customer, row active), ORDER_CONFLICT,
 --          RESERVATION_RELEASED, VOUCHER_NOT_FOUND, NOT_STARTED, EXPIRED, MIN_ORDER_AMOUNT,
---          OUT_OF_STOCK; ALREADY_USED and a racing OUT_OF_STOCK arrive as SQLSTATE FG409.
+--          ALREADY_USED, OUT_OF_STOCK; a refusal found under lock arrives as SQLSTATE FG409.
 CREATE FUNCTION fg_reserve(
     p_code          TEXT,
     p_order         TEXT,
@@ -212,43 +216,46 @@ CREATE FUNCTION fg_reserve(
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v  voucher%ROWTYPE;
-    r  redemption%ROWTYPE;
+    s  RECORD;
     m  RECORD;
+    refusal TEXT;
 BEGIN
-    SELECT * INTO v FROM voucher WHERE code = p_code;
+    SELECT v.*, r.customer_id AS r_customer, r.status AS r_status,
+           r.discount_amount AS r_discount, r.expires_at AS r_expires,
+           COALESCE(c.active, 0) AS customer_active
+      INTO s
+      FROM voucher v
+      LEFT JOIN redemption r ON r.voucher_code = v.code AND r.order_id = p_order
+      LEFT JOIN voucher_customer c ON c.voucher_code = v.code AND c.customer_id = p_customer
+     WHERE v.code = p_code;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 'VOUCHER_NOT_FOUND'::TEXT, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
-        RETURN;
-    END IF;
-
-    SELECT * INTO r FROM redemption x WHERE x.voucher_code = p_code AND x.order_id = p_order;
-    IF FOUND THEN
+        refusal := 'VOUCHER_NOT_FOUND';
+    ELSIF s.r_status IS NOT NULL THEN
         RETURN QUERY SELECT
-            CASE WHEN r.customer_id <> p_customer THEN 'ORDER_CONFLICT'
-                 WHEN r.status = 3 THEN 'RESERVATION_RELEASED'
+            CASE WHEN s.r_customer <> p_customer THEN 'ORDER_CONFLICT'
+                 WHEN s.r_status = 3 THEN 'RESERVATION_RELEASED'
                  ELSE 'REPLAY' END,
-            r.customer_id, r.status, r.discount_amount, r.expires_at;
+            s.r_customer, s.r_status, s.r_discount, s.r_expires;
         RETURN;
+    ELSIF p_now < s.starts_at THEN
+        refusal := 'NOT_STARTED';
+    ELSIF p_now >= s.ends_at THEN
+        refusal := 'EXPIRED';
+    ELSIF p_order_amount < s.min_order_amount THEN
+        refusal := 'MIN_ORDER_AMOUNT';
+    ELSIF s.customer_active >= s.per_user_limit THEN
+        refusal := 'ALREADY_USED';
+    ELSIF s.used_count >= s.total_limit THEN
+        refusal := 'OUT_OF_STOCK';
     END IF;
-
-    IF p_now < v.starts_at THEN
-        RETURN QUERY SELECT 'NOT_STARTED'::TEXT, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
-        RETURN;
-    ELSIF p_now >= v.ends_at THEN
-        RETURN QUERY SELECT 'EXPIRED'::TEXT, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
-        RETURN;
-    ELSIF p_order_amount < v.min_order_amount THEN
-        RETURN QUERY SELECT 'MIN_ORDER_AMOUNT'::TEXT, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
-        RETURN;
-    ELSIF v.used_count >= v.total_limit THEN
-        RETURN QUERY SELECT 'OUT_OF_STOCK'::TEXT, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
+    IF refusal IS NOT NULL THEN
+        RETURN QUERY SELECT refusal, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
         RETURN;
     END IF;
 
     SELECT * INTO m FROM fg_merge(p_code, p_order, p_customer, 1::SMALLINT, p_order_amount,
-                                  v.discount_amount, p_now,
-                                  p_now + make_interval(secs => v.reservation_ttl_seconds),
+                                  s.discount_amount, p_now,
+                                  p_now + make_interval(secs => s.reservation_ttl_seconds),
                                   NULL, p_now, false);
     RETURN QUERY SELECT
         CASE m.outcome

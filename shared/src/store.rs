@@ -124,6 +124,12 @@ impl Store {
         Ok(Store { pool, url })
     }
 
+    /// A pooled connection for code outside this module that needs plain SQL (benchmarks,
+    /// operator tools). Status changes must still go through [`Store::merge`].
+    pub async fn raw_client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        self.client().await
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
         self.pool
             .get()
@@ -303,6 +309,7 @@ impl Store {
             "NOT_STARTED" => Err(ReserveError::NotStarted),
             "EXPIRED" => Err(ReserveError::Expired),
             "MIN_ORDER_AMOUNT" => Err(ReserveError::MinOrderAmount),
+            "ALREADY_USED" => Err(ReserveError::AlreadyUsed),
             "OUT_OF_STOCK" => Err(ReserveError::OutOfStock),
             other => Err(StoreError::UnexpectedOutcome(other.to_owned()).into()),
         }

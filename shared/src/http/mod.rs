@@ -100,7 +100,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             .map_err(|e| {
                 let path = e.path().to_string();
                 let inner = e.into_inner();
-                let message = if path == "." {
+                let message = if path == "." || path.starts_with('?') {
                     format!("invalid JSON body: {inner}")
                 } else {
                     format!("{path}: {inner}")

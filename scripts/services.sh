@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Makes sure the services Flashgate needs answer on their default local ports:
+# Postgres on 127.0.0.1:5432 (user postgres, no password) and Redis on 127.0.0.1:6379.
+#
+# For each one, in order: use it if it already answers; else start the locally installed
+# server; else install it with apt (when root); else `docker compose up -d` with the
+# docker-compose.yml next to this repository's README. The database itself is created by
+# `flashgate migrate` / `flashgate serve` (and by each test for itself).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[services] %s\n' "$*" >&2; }
+have() { command -v "$1" >/dev/null 2>&1; }
+is_root() { [ "$(id -u)" = 0 ]; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # port name
+  for _ in $(seq 1 60); do
+    port_open "$1" && return 0
+    sleep 0.5
+  done
+  log "$2 did not come up on port $1"
+  return 1
+}
+
+APT_UPDATED=
+apt_install() {
+  is_root && have apt-get || return 1
+  if [ -z "$APT_UPDATED" ]; then
+    log "apt-get update"
+    apt-get update -qq >/dev/null
+    APT_UPDATED=1
+  fi
+  log "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+compose_up() {
+  if have docker && docker compose version >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+    log "starting $1 with docker compose"
+    docker compose up -d "$1"
+    return 0
+  fi
+  return 1
+}
+
+# --- Postgres -----------------------------------------------------------------------------
+pg_cluster_start() {
+  have pg_ctlcluster || return 1
+  local version
+  version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$version" ] || return 1
+  log "starting Postgres $version"
+  if is_root; then
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  else
+    pg_ctlcluster "$version" main start || true
+  fi
+  wait_port 5432 Postgres
+}
+
+pg_trust_local() {
+  # A freshly installed Debian cluster asks for a password on TCP; the local default URL has
+  # none, so trust loopback connections (development machines only).
+  local hba
+  hba=$(ls /etc/postgresql/*/main/pg_hba.conf 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$hba" ] || return 0
+  if ! grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+    sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+    pg_ctlcluster --skip-systemctl-redirect "$(basename "$(dirname "$(dirname "$hba")")")" main reload || true
+  fi
+}
+
+ensure_postgres() {
+  if port_open 5432; then log "Postgres answers on 5432"; return 0; fi
+  pg_cluster_start && return 0
+  if apt_install postgresql postgresql-client; then
+    pg_cluster_start && pg_trust_local && return 0
+  fi
+  compose_up postgres && wait_port 5432 Postgres && return 0
+  log "no Postgres: install PostgreSQL 13+ listening on 127.0.0.1:5432, or Docker"
+  return 1
+}
+
+# --- Redis --------------------------------------------------------------------------------
+redis_start() {
+  have redis-server || return 1
+  log "starting redis-server on 6379"
+  mkdir -p /tmp/flashgate-redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /tmp/flashgate-redis --logfile /tmp/flashgate-redis/redis.log
+  wait_port 6379 Redis
+}
+
+ensure_redis() {
+  if port_open 6379; then log "Redis answers on 6379"; return 0; fi
+  redis_start && return 0
+  if apt_install redis-server redis-tools; then
+    redis_start && return 0
+  fi
+  compose_up redis && wait_port 6379 Redis && return 0
+  log "no Redis: install redis-server, or Docker"
+  return 1
+}
+
+ensure_postgres
+ensure_redis

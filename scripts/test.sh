@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: starts (or installs) the services it needs, then `cargo test`.
+# Load runs are not part of it: see docs/BENCHMARKS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/services.sh
+
+# Each test creates its own database named fg_test_*; drop those left by earlier runs.
+if command -v psql >/dev/null 2>&1; then
+  psql -h 127.0.0.1 -U postgres -d postgres -Atqc \
+    "SELECT datname FROM pg_database WHERE datname LIKE 'fg\_test\_%'" 2>/dev/null |
+    while read -r db; do
+      psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 || true
+    done
+fi
+
+# The concurrency tests open a few thousand sockets at once.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+cargo test --workspace --locked "$@"

@@ -1,0 +1,213 @@
+//! Test harness: each test gets its own fresh database and its own server, started in-process
+//! on port 0, and talks to it over real HTTP.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use shared::{server, App, Settings};
+use tokio::sync::oneshot;
+
+/// Postgres server for tests, without a database name: each test appends its own.
+pub fn postgres_base() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub app: App,
+    pub settings: Settings,
+    /// Direct connection to this test's database, for checks the API does not expose.
+    pub db: tokio_postgres::Client,
+    pub db_name: String,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        Self::spawn_with(&[]).await
+    }
+
+    /// Starts a server with extra environment settings on top of the test defaults.
+    pub async fn spawn_with(vars: &[(&str, &str)]) -> TestApp {
+        shared::telemetry::init_for_tests();
+        let db_name = format!("fg_test_{}", uuid::Uuid::new_v4().simple());
+        let url = format!("{}/{}", postgres_base(), db_name);
+        let mut env: Vec<(String, String)> = vec![
+            ("DATABASE_URL".into(), url.clone()),
+            ("PORT".into(), "0".into()),
+            // Thousands of requests queue for a handful of connections in the load tests.
+            ("DATABASE_TIMEOUT_MS".into(), "30000".into()),
+            ("DATABASE_POOL_SIZE".into(), "8".into()),
+        ];
+        env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let lookup = |k: &str| env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let settings = Settings::from_lookup(lookup).expect("settings");
+        let app = App::new(&settings).expect("app");
+        app.prepare_database().await.expect("migrate");
+
+        let (listener, addr) = server::bind("127.0.0.1", 0).await.expect("bind");
+        let (tx, rx) = oneshot::channel::<()>();
+        let served = app.clone();
+        tokio::spawn(async move {
+            server::serve(listener, served, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("serve")
+        });
+
+        let (db, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect test db");
+        tokio::spawn(conn);
+        TestApp {
+            addr,
+            base: format!("http://{addr}"),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap(),
+            app,
+            settings,
+            db,
+            db_name,
+            shutdown: Some(tx),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends a request and returns the status and the raw body text.
+    pub async fn call(&self, method: &str, path: &str, body: Option<&str>) -> (StatusCode, String) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_owned());
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status();
+        (status, resp.text().await.expect("body"))
+    }
+
+    pub async fn json(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let text = body.map(|b| b.to_string());
+        let (status, text) = self.call(method, path, text.as_deref()).await;
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+        };
+        (status, value)
+    }
+
+    /// Creates a voucher open now for a day; `overrides` replaces any field.
+    pub async fn voucher(&self, code: &str, total_limit: i64, overrides: Value) -> Value {
+        let now = chrono::Utc::now();
+        let mut body = json!({
+            "code": code,
+            "discountAmount": 100_000,
+            "minOrderAmount": 0,
+            "totalLimit": total_limit,
+            "perUserLimit": 1,
+            "startsAt": (now - chrono::Duration::minutes(5)).to_rfc3339(),
+            "endsAt": (now + chrono::Duration::days(1)).to_rfc3339(),
+        });
+        for (k, v) in overrides.as_object().into_iter().flatten() {
+            body[k] = v.clone();
+        }
+        let (status, view) = self.json("POST", "/vouchers", Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "create voucher: {view}");
+        view
+    }
+
+    pub async fn reserve(&self, code: &str, customer: i64, order: &str, amount: i64) -> (StatusCode, String) {
+        let body = json!({"customerId": customer, "orderId": order, "orderAmount": amount});
+        self.call(
+            "POST",
+            &format!("/vouchers/{code}/reservations"),
+            Some(&body.to_string()),
+        )
+        .await
+    }
+
+    pub async fn view(&self, code: &str) -> Value {
+        let (status, v) = self.json("GET", &format!("/vouchers/{code}"), None).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v
+    }
+
+    /// Every row of every table, as text: equal snapshots mean nothing was written.
+    pub async fn snapshot(&self) -> String {
+        let mut out = String::new();
+        for table in ["voucher", "voucher_customer", "redemption"] {
+            let rows = self
+                .db
+                .simple_query(&format!(
+                    "SELECT t::text FROM {table} t ORDER BY t::text"
+                ))
+                .await
+                .unwrap();
+            for row in rows {
+                if let tokio_postgres::SimpleQueryMessage::Row(r) = row {
+                    out.push_str(r.get(0).unwrap_or(""));
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// Database-side facts for exact-count assertions.
+    pub async fn counts(&self, code: &str) -> Counts {
+        let row = self
+            .db
+            .query_one(
+                "SELECT v.used_count,
+                        (SELECT count(*) FROM redemption r WHERE r.voucher_code = v.code AND r.status IN (1, 2)),
+                        (SELECT COALESCE(max(active), 0) FROM voucher_customer c WHERE c.voucher_code = v.code),
+                        (SELECT COALESCE(max(n), 0) FROM (SELECT count(*) AS n FROM redemption r
+                           WHERE r.voucher_code = v.code AND r.status IN (1, 2) GROUP BY r.customer_id) x),
+                        (SELECT COALESCE(sum(active), 0) FROM voucher_customer c WHERE c.voucher_code = v.code)
+                   FROM voucher v WHERE v.code = $1",
+                &[&code],
+            )
+            .await
+            .unwrap();
+        Counts {
+            used_count: row.get::<_, i32>(0) as i64,
+            active_rows: row.get(1),
+            max_customer_counter: row.get::<_, i32>(2) as i64,
+            max_customer_rows: row.get(3),
+            customer_counter_sum: row.get(4),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub used_count: i64,
+    pub active_rows: i64,
+    pub max_customer_counter: i64,
+    pub max_customer_rows: i64,
+    pub customer_counter_sum: i64,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The Lambda entry path: an API Gateway HTTP API (v2) event, as kept in `tests/fixtures`, goes
+//! through `lambda_http`'s conversion into the router a function mounts (`Routes::Reserve`).
+
+mod common;
+
+use common::TestApp;
+use http_body_util::BodyExt;
+use lambda_http::request::LambdaRequest;
+use serde_json::{json, Value};
+use shared::http::{router, Routes};
+use tower::ServiceExt;
+
+const RESERVE_EVENT: &str = include_str!("fixtures/apigw-v2-reserve.json");
+
+async fn invoke(routes: Routes, app: &TestApp, event: &str) -> (u16, Value) {
+    let event: LambdaRequest = serde_json::from_str(event).expect("fixture is an API Gateway event");
+    let request: lambda_http::Request = event.into();
+    let response = router(app.app.clone(), routes)
+        .oneshot(request)
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn reserve_function_answers_an_api_gateway_v2_event() {
+    let app = TestApp::spawn().await;
+    app.voucher("LAMBDA-SALE", 2, json!({})).await;
+
+    let (status, first) = invoke(Routes::Reserve, &app, RESERVE_EVENT).await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["orderId"], "order-42");
+    assert_eq!(first["customerId"], 42);
+    assert_eq!(first["status"], "RESERVED");
+
+    // The same event delivered again (a client retry) is the same answer and no second use.
+    let (status, again) = invoke(Routes::Reserve, &app, RESERVE_EVENT).await;
+    assert_eq!((status, &again), (201, &first));
+    assert_eq!(app.view("LAMBDA-SALE").await["usedCount"], 1);
+}
+
+#[tokio::test]
+async fn a_function_serves_only_its_own_family() {
+    let app = TestApp::spawn().await;
+    app.voucher("LAMBDA-SALE", 2, json!({})).await;
+    let (status, body) = invoke(Routes::Confirm, &app, RESERVE_EVENT).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"], "NOT_FOUND");
+    assert_eq!(app.view("LAMBDA-SALE").await["usedCount"], 0);
+}
