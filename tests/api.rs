@@ -19,7 +19,11 @@ fn error_of(body: &str) -> String {
 
 /// Fires every request at once (all tasks wait on one barrier) and returns the answers in
 /// request order.
-async fn fire(app: &Arc<TestApp>, code: &str, requests: Vec<(i64, String)>) -> Vec<(StatusCode, String)> {
+async fn fire(
+    app: &Arc<TestApp>,
+    code: &str,
+    requests: Vec<(i64, String)>,
+) -> Vec<(StatusCode, String)> {
     let barrier = Arc::new(tokio::sync::Barrier::new(requests.len()));
     let tasks: Vec<_> = requests
         .into_iter()
@@ -45,7 +49,10 @@ async fn two_hundred_concurrent_reserves_for_ten_uses() {
     let requests = (1..=200).map(|i| (i, format!("order-{i}"))).collect();
     let answers = fire(&app, "TEN", requests).await;
 
-    let created = answers.iter().filter(|(s, _)| *s == StatusCode::CREATED).count();
+    let created = answers
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .count();
     let sold_out = answers
         .iter()
         .filter(|(s, b)| *s == StatusCode::CONFLICT && error_of(b) == "OUT_OF_STOCK")
@@ -57,7 +64,14 @@ async fn two_hundred_concurrent_reserves_for_ten_uses() {
     assert_eq!(view["remaining"], 0);
     assert_eq!(view["reservedCount"], 10);
     let counts = app.counts("TEN").await;
-    assert_eq!((counts.used_count, counts.active_rows, counts.customer_counter_sum), (10, 10, 10));
+    assert_eq!(
+        (
+            counts.used_count,
+            counts.active_rows,
+            counts.customer_counter_sum
+        ),
+        (10, 10, 10)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -76,7 +90,9 @@ async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit() {
     }
     let mut seed: u64 = 42;
     for i in (1..requests.len()).rev() {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         requests.swap(i, (seed >> 33) as usize % (i + 1));
     }
     let answers = fire(&app, "MIXED", requests.clone()).await;
@@ -86,7 +102,10 @@ async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit() {
         by_order.entry(order.as_str()).or_default().push(answer);
     }
     for (order, got) in &by_order {
-        assert!(got.iter().all(|a| *a == got[0]), "{order} answered differently: {got:?}");
+        assert!(
+            got.iter().all(|a| *a == got[0]),
+            "{order} answered differently: {got:?}"
+        );
         let (status, body) = got[0];
         assert!(
             *status == StatusCode::CREATED
@@ -95,7 +114,10 @@ async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit() {
             "{order}: {status} {body}"
         );
     }
-    let winners = by_order.values().filter(|g| g[0].0 == StatusCode::CREATED).count();
+    let winners = by_order
+        .values()
+        .filter(|g| g[0].0 == StatusCode::CREATED)
+        .count();
     assert_eq!(winners, 100);
     let counts = app.counts("MIXED").await;
     assert_eq!(counts.used_count, 100);
@@ -122,7 +144,10 @@ async fn the_same_request_fifty_times_is_one_use_with_identical_answers() {
     assert_eq!(app.reserve("SAME", 7, "order-7", 500_000).await, answers[0]);
 
     let (status, body) = app.reserve("SAME", 8, "order-7", 500_000).await;
-    assert_eq!((status, error_of(&body).as_str()), (StatusCode::CONFLICT, "ORDER_CONFLICT"));
+    assert_eq!(
+        (status, error_of(&body).as_str()),
+        (StatusCode::CONFLICT, "ORDER_CONFLICT")
+    );
     assert_eq!(app.counts("SAME").await.used_count, 1);
 }
 
@@ -130,15 +155,27 @@ async fn the_same_request_fifty_times_is_one_use_with_identical_answers() {
 async fn eligibility_and_not_found_answers() {
     let app = TestApp::spawn().await;
     let now = chrono::Utc::now();
-    app.voucher("LATER", 5, json!({"startsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
-                                   "endsAt": (now + chrono::Duration::hours(2)).to_rfc3339()}))
-        .await;
-    app.voucher("OVER", 5, json!({"startsAt": (now - chrono::Duration::days(2)).to_rfc3339(),
-                                  "endsAt": (now - chrono::Duration::days(1)).to_rfc3339()}))
-        .await;
+    app.voucher(
+        "LATER",
+        5,
+        json!({"startsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
+                                   "endsAt": (now + chrono::Duration::hours(2)).to_rfc3339()}),
+    )
+    .await;
+    app.voucher(
+        "OVER",
+        5,
+        json!({"startsAt": (now - chrono::Duration::days(2)).to_rfc3339(),
+                                  "endsAt": (now - chrono::Duration::days(1)).to_rfc3339()}),
+    )
+    .await;
     app.voucher("BIG", 5, json!({"minOrderAmount": 1000})).await;
 
-    for (code, amount, reason) in [("LATER", 5000, "NOT_STARTED"), ("OVER", 5000, "EXPIRED"), ("BIG", 999, "MIN_ORDER_AMOUNT")] {
+    for (code, amount, reason) in [
+        ("LATER", 5000, "NOT_STARTED"),
+        ("OVER", 5000, "EXPIRED"),
+        ("BIG", 999, "MIN_ORDER_AMOUNT"),
+    ] {
         let (status, body) = app.reserve(code, 1, "o1", amount).await;
         let body: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{code}");
@@ -146,12 +183,21 @@ async fn eligibility_and_not_found_answers() {
         assert_eq!(body["reason"], reason);
         assert!(body["message"].as_str().unwrap().len() > 5);
     }
-    assert_eq!(app.reserve("BIG", 1, "o1", 1000).await.0, StatusCode::CREATED);
+    assert_eq!(
+        app.reserve("BIG", 1, "o1", 1000).await.0,
+        StatusCode::CREATED
+    );
 
     let (status, body) = app.reserve("NOPE", 1, "o1", 1000).await;
-    assert_eq!((status, error_of(&body).as_str()), (StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND"));
+    assert_eq!(
+        (status, error_of(&body).as_str()),
+        (StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND")
+    );
     let (status, body) = app.json("GET", "/vouchers/NOPE", None).await;
-    assert_eq!((status, body["error"].as_str().unwrap()), (StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND"));
+    assert_eq!(
+        (status, body["error"].as_str().unwrap()),
+        (StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND")
+    );
     for (method, path) in [
         ("GET", "/vouchers/BIG/reservations/missing"),
         ("POST", "/vouchers/BIG/reservations/missing/confirm"),
@@ -167,13 +213,25 @@ async fn eligibility_and_not_found_answers() {
     assert_eq!(view["code"], "SUMMER-SALE");
     let (status, _) = app.reserve("summer-sale", 1, "o1", 1).await;
     assert_eq!(status, StatusCode::CREATED);
-    assert_eq!(app.reserve("SUMMER-sale", 1, "o1", 1).await.0, StatusCode::CREATED);
+    assert_eq!(
+        app.reserve("SUMMER-sale", 1, "o1", 1).await.0,
+        StatusCode::CREATED
+    );
     assert_eq!(app.view("sUmMeR-sAlE").await["usedCount"], 1);
     let (status, body) = app
-        .json("POST", "/vouchers", Some(json!({"code": "summer-SALE", "discountAmount": 1, "totalLimit": 1,
-              "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"})))
+        .json(
+            "POST",
+            "/vouchers",
+            Some(
+                json!({"code": "summer-SALE", "discountAmount": 1, "totalLimit": 1,
+              "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"}),
+            ),
+        )
         .await;
-    assert_eq!((status, body["error"].as_str().unwrap()), (StatusCode::CONFLICT, "VOUCHER_EXISTS"));
+    assert_eq!(
+        (status, body["error"].as_str().unwrap()),
+        (StatusCode::CONFLICT, "VOUCHER_EXISTS")
+    );
 }
 
 #[tokio::test]
@@ -182,41 +240,88 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent() {
     app.voucher("ONE", 1, json!({})).await;
     assert_eq!(app.reserve("ONE", 1, "o1", 10).await.0, StatusCode::CREATED);
     let (status, body) = app.reserve("ONE", 1, "o2", 10).await;
-    assert_eq!((status, error_of(&body).as_str()), (StatusCode::CONFLICT, "ALREADY_USED"));
+    assert_eq!(
+        (status, error_of(&body).as_str()),
+        (StatusCode::CONFLICT, "ALREADY_USED")
+    );
     let (status, body) = app.reserve("ONE", 2, "o3", 10).await;
-    assert_eq!((status, error_of(&body).as_str()), (StatusCode::CONFLICT, "OUT_OF_STOCK"));
+    assert_eq!(
+        (status, error_of(&body).as_str()),
+        (StatusCode::CONFLICT, "OUT_OF_STOCK")
+    );
 
     for _ in 0..2 {
-        let (status, body) = app.call("DELETE", "/vouchers/ONE/reservations/o1", None).await;
+        let (status, body) = app
+            .call("DELETE", "/vouchers/ONE/reservations/o1", None)
+            .await;
         assert_eq!((status, body.as_str()), (StatusCode::NO_CONTENT, ""));
     }
     let view = app.view("ONE").await;
-    assert_eq!((view["usedCount"].as_i64(), view["remaining"].as_i64()), (Some(0), Some(1)));
+    assert_eq!(
+        (view["usedCount"].as_i64(), view["remaining"].as_i64()),
+        (Some(0), Some(1))
+    );
     let (status, body) = app.reserve("ONE", 1, "o1", 10).await;
-    assert_eq!((status, error_of(&body).as_str()), (StatusCode::CONFLICT, "RESERVATION_RELEASED"));
-    let (status, body) = app.json("POST", "/vouchers/ONE/reservations/o1/confirm", None).await;
-    assert_eq!((status, body["error"].as_str().unwrap()), (StatusCode::CONFLICT, "RESERVATION_RELEASED"));
+    assert_eq!(
+        (status, error_of(&body).as_str()),
+        (StatusCode::CONFLICT, "RESERVATION_RELEASED")
+    );
+    let (status, body) = app
+        .json("POST", "/vouchers/ONE/reservations/o1/confirm", None)
+        .await;
+    assert_eq!(
+        (status, body["error"].as_str().unwrap()),
+        (StatusCode::CONFLICT, "RESERVATION_RELEASED")
+    );
 
     // The same customer comes back with a new orderId.
     assert_eq!(app.reserve("ONE", 1, "o2", 10).await.0, StatusCode::CREATED);
-    let first = app.call("POST", "/vouchers/ONE/reservations/o2/confirm", None).await;
-    let second = app.call("POST", "/vouchers/ONE/reservations/o2/confirm", None).await;
+    let first = app
+        .call("POST", "/vouchers/ONE/reservations/o2/confirm", None)
+        .await;
+    let second = app
+        .call("POST", "/vouchers/ONE/reservations/o2/confirm", None)
+        .await;
     assert_eq!(first, second);
     assert_eq!(first.0, StatusCode::OK);
     let body: Value = serde_json::from_str(&first.1).unwrap();
-    assert_eq!(body, json!({"orderId": "o2", "status": "CONFIRMED", "discountAmount": 100_000}));
+    assert_eq!(
+        body,
+        json!({"orderId": "o2", "status": "CONFIRMED", "discountAmount": 100_000})
+    );
     let view = app.view("ONE").await;
-    assert_eq!((view["confirmedCount"].as_i64(), view["reservedCount"].as_i64()), (Some(1), Some(0)));
+    assert_eq!(
+        (
+            view["confirmedCount"].as_i64(),
+            view["reservedCount"].as_i64()
+        ),
+        (Some(1), Some(0))
+    );
 
     // Cancelled after payment: DELETE of a CONFIRMED reservation releases it.
-    assert_eq!(app.call("DELETE", "/vouchers/ONE/reservations/o2", None).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.call("DELETE", "/vouchers/ONE/reservations/o2", None)
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
     let (_, r) = app.json("GET", "/vouchers/ONE/reservations/o2", None).await;
     assert_eq!(r["status"], "RELEASED");
     let counts = app.counts("ONE").await;
-    assert_eq!((counts.used_count, counts.active_rows, counts.customer_counter_sum), (0, 0, 0));
+    assert_eq!(
+        (
+            counts.used_count,
+            counts.active_rows,
+            counts.customer_counter_sum
+        ),
+        (0, 0, 0)
+    );
     let reason: String = app
         .db
-        .query_one("SELECT release_reason FROM redemption WHERE order_id = 'o2'", &[])
+        .query_one(
+            "SELECT release_reason FROM redemption WHERE order_id = 'o2'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -226,16 +331,24 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent() {
 #[tokio::test]
 async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed() {
     let app = TestApp::spawn().await;
-    app.voucher("SHORT", 2, json!({"reservationTtlSeconds": 1})).await;
+    app.voucher("SHORT", 2, json!({"reservationTtlSeconds": 1}))
+        .await;
     let (status, body) = app.reserve("SHORT", 1, "o1", 10).await;
     assert_eq!(status, StatusCode::CREATED);
     let reserved: Value = serde_json::from_str(&body).unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    let (_, view) = app.json("GET", "/vouchers/SHORT/reservations/o1", None).await;
+    let (_, view) = app
+        .json("GET", "/vouchers/SHORT/reservations/o1", None)
+        .await;
     assert_eq!(view["status"], "RESERVED");
     assert_eq!(view["expiresAt"], reserved["expiresAt"]);
-    let (status, body) = app.json("POST", "/vouchers/SHORT/reservations/o1/confirm", None).await;
-    assert_eq!((status, body["status"].as_str().unwrap()), (StatusCode::OK, "CONFIRMED"));
+    let (status, body) = app
+        .json("POST", "/vouchers/SHORT/reservations/o1/confirm", None)
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str().unwrap()),
+        (StatusCode::OK, "CONFIRMED")
+    );
     assert_eq!(app.counts("SHORT").await.used_count, 1);
 }
 
@@ -246,7 +359,10 @@ async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing() {
     let before = app.snapshot().await;
 
     let reserve = "/vouchers/GOOD/reservations";
-    let huge = format!("{{\"customerId\":1,\"orderId\":\"o\",\"orderAmount\":1,\"pad\":\"{}\"}}", "x".repeat(1 << 20));
+    let huge = format!(
+        "{{\"customerId\":1,\"orderId\":\"o\",\"orderAmount\":1,\"pad\":\"{}\"}}",
+        "x".repeat(1 << 20)
+    );
     let voucher = |patch: Value| {
         let mut v = json!({"code": "NEW", "discountAmount": 1, "totalLimit": 5,
                            "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"});
@@ -259,58 +375,344 @@ async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing() {
         }
         v.to_string()
     };
-    let cases: Vec<(&str, String, Option<String>, u16, &str, &str)> = vec![
-        ("POST", reserve.into(), Some("{".into()), 400, "INVALID_REQUEST", "JSON"),
-        ("POST", reserve.into(), Some("".into()), 400, "INVALID_REQUEST", "JSON"),
-        ("POST", reserve.into(), Some("[]".into()), 400, "INVALID_REQUEST", "JSON"),
-        ("POST", reserve.into(), Some(r#"{"orderId":"o","orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "customerId"),
-        ("POST", reserve.into(), Some(r#"{"customerId":1,"orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "orderId"),
-        ("POST", reserve.into(), Some(r#"{"customerId":1,"orderId":"o"}"#.into()), 400, "INVALID_REQUEST", "orderAmount"),
-        ("POST", reserve.into(), Some(r#"{"customerId":"1","orderId":"o","orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "customerId"),
-        ("POST", reserve.into(), Some(r#"{"customerId":-1,"orderId":"o","orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "customerId"),
-        ("POST", reserve.into(), Some(r#"{"customerId":0,"orderId":"o","orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "customerId"),
-        ("POST", reserve.into(), Some(r#"{"customerId":99999999999999999999,"orderId":"o","orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "customerId"),
-        ("POST", reserve.into(), Some(r#"{"customerId":1.5,"orderId":"o","orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "customerId"),
-        ("POST", reserve.into(), Some(r#"{"customerId":1,"orderId":"o","orderAmount":-5}"#.into()), 400, "INVALID_REQUEST", "orderAmount"),
-        ("POST", reserve.into(), Some(r#"{"customerId":1,"orderId":"o","orderAmount":1000000000000001}"#.into()), 400, "INVALID_REQUEST", "orderAmount"),
-        ("POST", reserve.into(), Some(r#"{"customerId":1,"orderId":"o","orderAmount":1e30}"#.into()), 400, "INVALID_REQUEST", "orderAmount"),
-        ("POST", reserve.into(), Some(r#"{"customerId":1,"orderId":"a b","orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "orderId"),
-        ("POST", reserve.into(), Some(r#"{"customerId":1,"orderId":"a/b","orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "orderId"),
-        ("POST", reserve.into(), Some(format!(r#"{{"customerId":1,"orderId":"{}","orderAmount":1}}"#, "o".repeat(65))), 400, "INVALID_REQUEST", "orderId"),
-        ("POST", reserve.into(), Some(r#"{"customerId":1,"orderId":12,"orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "orderId"),
-        ("POST", reserve.into(), Some(huge), 413, "INVALID_REQUEST", "16384"),
-        ("POST", "/vouchers/bad$code/reservations".into(), Some(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "code"),
-        ("POST", format!("/vouchers/{}/reservations", "C".repeat(33)), Some(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#.into()), 400, "INVALID_REQUEST", "code"),
-        ("POST", "/vouchers/GOOD/reservations/bad%20id/confirm".into(), None, 400, "INVALID_REQUEST", "orderId"),
-        ("DELETE", "/vouchers/GOOD/reservations/bad%23id".into(), None, 400, "INVALID_REQUEST", "orderId"),
-        ("GET", "/vouchers/b%C3%A9".into(), None, 400, "INVALID_REQUEST", "code"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"totalLimit": 0}))), 400, "INVALID_REQUEST", "totalLimit"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"totalLimit": 1_000_000_001}))), 400, "INVALID_REQUEST", "totalLimit"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"totalLimit": "10"}))), 400, "INVALID_REQUEST", "totalLimit"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"totalLimit": null}))), 400, "INVALID_REQUEST", "totalLimit"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"discountAmount": -1}))), 400, "INVALID_REQUEST", "discountAmount"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"perUserLimit": 0}))), 400, "INVALID_REQUEST", "perUserLimit"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"reservationTtlSeconds": 0}))), 400, "INVALID_REQUEST", "reservationTtlSeconds"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"reservationTtlSeconds": 604801}))), 400, "INVALID_REQUEST", "reservationTtlSeconds"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"endsAt": "2025-01-01T00:00:00Z"}))), 400, "INVALID_REQUEST", "endsAt"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"startsAt": "yesterday"}))), 400, "INVALID_REQUEST", "startsAt"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"code": "bad code"}))), 400, "INVALID_REQUEST", "code"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"flashSale": "yes"}))), 400, "INVALID_REQUEST", "flashSale"),
-        ("POST", "/vouchers".into(), Some(voucher(json!({"totalLimitt": 3}))), 400, "INVALID_REQUEST", "totalLimitt"),
+    // (method, path, body, status, error code, a word the message must contain)
+    type Case<'a> = (&'a str, String, Option<String>, u16, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "POST",
+            reserve.into(),
+            Some("{".into()),
+            400,
+            "INVALID_REQUEST",
+            "JSON",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some("".into()),
+            400,
+            "INVALID_REQUEST",
+            "JSON",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some("[]".into()),
+            400,
+            "INVALID_REQUEST",
+            "JSON",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"orderId":"o","orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "customerId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":1,"orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "orderId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":1,"orderId":"o"}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "orderAmount",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":"1","orderId":"o","orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "customerId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":-1,"orderId":"o","orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "customerId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":0,"orderId":"o","orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "customerId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":99999999999999999999,"orderId":"o","orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "customerId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":1.5,"orderId":"o","orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "customerId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":1,"orderId":"o","orderAmount":-5}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "orderAmount",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1000000000000001}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "orderAmount",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1e30}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "orderAmount",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":1,"orderId":"a b","orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "orderId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":1,"orderId":"a/b","orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "orderId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(format!(
+                r#"{{"customerId":1,"orderId":"{}","orderAmount":1}}"#,
+                "o".repeat(65)
+            )),
+            400,
+            "INVALID_REQUEST",
+            "orderId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(r#"{"customerId":1,"orderId":12,"orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "orderId",
+        ),
+        (
+            "POST",
+            reserve.into(),
+            Some(huge),
+            413,
+            "INVALID_REQUEST",
+            "16384",
+        ),
+        (
+            "POST",
+            "/vouchers/bad$code/reservations".into(),
+            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "code",
+        ),
+        (
+            "POST",
+            format!("/vouchers/{}/reservations", "C".repeat(33)),
+            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#.into()),
+            400,
+            "INVALID_REQUEST",
+            "code",
+        ),
+        (
+            "POST",
+            "/vouchers/GOOD/reservations/bad%20id/confirm".into(),
+            None,
+            400,
+            "INVALID_REQUEST",
+            "orderId",
+        ),
+        (
+            "DELETE",
+            "/vouchers/GOOD/reservations/bad%23id".into(),
+            None,
+            400,
+            "INVALID_REQUEST",
+            "orderId",
+        ),
+        (
+            "GET",
+            "/vouchers/b%C3%A9".into(),
+            None,
+            400,
+            "INVALID_REQUEST",
+            "code",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"totalLimit": 0}))),
+            400,
+            "INVALID_REQUEST",
+            "totalLimit",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"totalLimit": 1_000_000_001}))),
+            400,
+            "INVALID_REQUEST",
+            "totalLimit",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"totalLimit": "10"}))),
+            400,
+            "INVALID_REQUEST",
+            "totalLimit",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"totalLimit": null}))),
+            400,
+            "INVALID_REQUEST",
+            "totalLimit",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"discountAmount": -1}))),
+            400,
+            "INVALID_REQUEST",
+            "discountAmount",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"perUserLimit": 0}))),
+            400,
+            "INVALID_REQUEST",
+            "perUserLimit",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"reservationTtlSeconds": 0}))),
+            400,
+            "INVALID_REQUEST",
+            "reservationTtlSeconds",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"reservationTtlSeconds": 604801}))),
+            400,
+            "INVALID_REQUEST",
+            "reservationTtlSeconds",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"endsAt": "2025-01-01T00:00:00Z"}))),
+            400,
+            "INVALID_REQUEST",
+            "endsAt",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"startsAt": "yesterday"}))),
+            400,
+            "INVALID_REQUEST",
+            "startsAt",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"code": "bad code"}))),
+            400,
+            "INVALID_REQUEST",
+            "code",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"flashSale": "yes"}))),
+            400,
+            "INVALID_REQUEST",
+            "flashSale",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"totalLimitt": 3}))),
+            400,
+            "INVALID_REQUEST",
+            "totalLimitt",
+        ),
         ("GET", "/nope".into(), None, 404, "NOT_FOUND", "/nope"),
-        ("PUT", reserve.into(), Some("{}".into()), 405, "METHOD_NOT_ALLOWED", "PUT"),
-        ("GET", "/vouchers/GOOD/reservations/o1/confirm".into(), None, 405, "METHOD_NOT_ALLOWED", "GET"),
+        (
+            "PUT",
+            reserve.into(),
+            Some("{}".into()),
+            405,
+            "METHOD_NOT_ALLOWED",
+            "PUT",
+        ),
+        (
+            "GET",
+            "/vouchers/GOOD/reservations/o1/confirm".into(),
+            None,
+            405,
+            "METHOD_NOT_ALLOWED",
+            "GET",
+        ),
     ];
     for (method, path, body, status, error, needle) in cases {
         let (got, text) = app.call(method, &path, body.as_deref()).await;
         let shown = &text[..text.len().min(300)];
         assert_eq!(got.as_u16(), status, "{method} {path}: {shown}");
-        let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{method} {path}: not JSON: {shown}"));
+        let v: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{method} {path}: not JSON: {shown}"));
         assert_eq!(v["error"], error, "{method} {path}: {shown}");
         let message = v["message"].as_str().unwrap();
-        assert!(message.contains(needle), "{method} {path}: message {message:?} should name {needle:?}");
+        assert!(
+            message.contains(needle),
+            "{method} {path}: message {message:?} should name {needle:?}"
+        );
     }
-    assert_eq!(app.snapshot().await, before, "a rejected request changed the database");
+    assert_eq!(
+        app.snapshot().await,
+        before,
+        "a rejected request changed the database"
+    );
 }
 
 #[tokio::test]
@@ -322,18 +724,31 @@ async fn postgres_refuses_what_would_over_allocate() {
         "UPDATE voucher SET used_count = -1 WHERE code = 'NET'",
     ] {
         let err = app.db.execute(sql, &[]).await.unwrap_err();
-        assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION), "{sql}");
+        assert_eq!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
+            "{sql}"
+        );
     }
     // Fill it through the API, then try to push past it directly.
     for i in 0..3 {
-        assert_eq!(app.reserve("NET", 100 + i, &format!("o{i}"), 1).await.0, StatusCode::CREATED);
+        assert_eq!(
+            app.reserve("NET", 100 + i, &format!("o{i}"), 1).await.0,
+            StatusCode::CREATED
+        );
     }
     let err = app
         .db
-        .execute("UPDATE voucher SET used_count = used_count + 1 WHERE code = 'NET'", &[])
+        .execute(
+            "UPDATE voucher SET used_count = used_count + 1 WHERE code = 'NET'",
+            &[],
+        )
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION));
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION)
+    );
     assert_eq!(app.counts("NET").await.used_count, 3);
 }
 
@@ -344,10 +759,12 @@ async fn health_reports_its_dependencies() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["postgres"], "up");
     let (status, body) = app.json("GET", "/health/live", None).await;
-    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("ok")));
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
 
     // Postgres unreachable: 503, quickly.
-    let down = TestApp::spawn_with(&[]).await;
     let settings = shared::Settings::from_lookup(|k| match k {
         "DATABASE_URL" => Some("postgres://postgres@127.0.0.1:1/none".into()),
         _ => None,
@@ -355,13 +772,22 @@ async fn health_reports_its_dependencies() {
     .unwrap();
     let dead = shared::App::new(&settings).unwrap();
     let (listener, addr) = shared::server::bind("127.0.0.1", 0).await.unwrap();
-    tokio::spawn(shared::server::serve(listener, dead, std::future::pending()));
+    tokio::spawn(shared::server::serve(
+        listener,
+        dead,
+        std::future::pending(),
+    ));
     let started = std::time::Instant::now();
-    let resp = down.http.get(format!("http://{addr}/health")).send().await.unwrap();
+    let resp = app
+        .http
+        .get(format!("http://{addr}/health"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["postgres"], "down");
-    let resp = down
+    let resp = app
         .http
         .post(format!("http://{addr}/vouchers/ANY/reservations"))
         .body(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#)

@@ -13,7 +13,8 @@ use tower::ServiceExt;
 const RESERVE_EVENT: &str = include_str!("fixtures/apigw-v2-reserve.json");
 
 async fn invoke(routes: Routes, app: &TestApp, event: &str) -> (u16, Value) {
-    let event: LambdaRequest = serde_json::from_str(event).expect("fixture is an API Gateway event");
+    let event: LambdaRequest =
+        serde_json::from_str(event).expect("fixture is an API Gateway event");
     let request: lambda_http::Request = event.into();
     let response = router(app.app.clone(), routes)
         .oneshot(request)
@@ -21,7 +22,10 @@ async fn invoke(routes: Routes, app: &TestApp, event: &str) -> (u16, Value) {
         .unwrap();
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 #[tokio::test]

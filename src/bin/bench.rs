@@ -127,7 +127,10 @@ async fn main() -> anyhow::Result<()> {
         }
         let exact = granted == (args.limit as i64).min(args.requests as i64);
         if strategy == "standard" && !exact {
-            eprintln!("standard mode allocated {granted}, expected exactly {}", args.limit);
+            eprintln!(
+                "standard mode allocated {granted}, expected exactly {}",
+                args.limit
+            );
             failed = true;
         }
         debug_assert!(tally.granted + tally.refused + tally.errors == args.requests);
@@ -165,7 +168,10 @@ async fn standard(store: Store, code: VoucherCode, i: usize) -> Answer {
         customer_id: i as i64 + 1,
         order_amount: 500_000,
     };
-    match store.reserve(&req, shared::domain::millis(Utc::now())).await {
+    match store
+        .reserve(&req, shared::domain::millis(Utc::now()))
+        .await
+    {
         Ok(_) => Answer::Granted,
         Err(ReserveError::OutOfStock | ReserveError::AlreadyUsed) => Answer::Refused,
         Err(_) => Answer::Error,

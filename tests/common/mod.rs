@@ -48,7 +48,12 @@ impl TestApp {
             ("DATABASE_POOL_SIZE".into(), "8".into()),
         ];
         env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let lookup = |k: &str| env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let lookup = |k: &str| {
+            env.iter()
+                .rev()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
         let settings = Settings::from_lookup(lookup).expect("settings");
         let app = App::new(&settings).expect("app");
         app.prepare_database().await.expect("migrate");
@@ -132,7 +137,13 @@ impl TestApp {
         view
     }
 
-    pub async fn reserve(&self, code: &str, customer: i64, order: &str, amount: i64) -> (StatusCode, String) {
+    pub async fn reserve(
+        &self,
+        code: &str,
+        customer: i64,
+        order: &str,
+        amount: i64,
+    ) -> (StatusCode, String) {
         let body = json!({"customerId": customer, "orderId": order, "orderAmount": amount});
         self.call(
             "POST",
@@ -154,9 +165,7 @@ impl TestApp {
         for table in ["voucher", "voucher_customer", "redemption"] {
             let rows = self
                 .db
-                .simple_query(&format!(
-                    "SELECT t::text FROM {table} t ORDER BY t::text"
-                ))
+                .simple_query(&format!("SELECT t::text FROM {table} t ORDER BY t::text"))
                 .await
                 .unwrap();
             for row in rows {
