@@ -1,23 +1,67 @@
-//! The clients a process builds once and every handler borrows: the Postgres store and Redis.
+//! The clients a process builds once and every handler borrows, and the operations of the
+//! service on top of them: each HTTP route, CLI command and (later) event handler calls one of
+//! these, so the local server and every Lambda function run the same code.
+//!
+//! Standard vouchers are decided by Postgres alone (`Store::reserve`). Flash-sale vouchers are
+//! decided by the Redis gate, and the winner is then written to Postgres with the same merge
+//! (consistency mode A).
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
 
 use crate::config::Settings;
-use crate::errors::StoreError;
-use crate::store::Store;
+use crate::domain::{
+    self, Confirmation, NewVoucher, OrderId, ReleaseReason, Reservation, Reserve, Status,
+    VoucherCode, VoucherView,
+};
+use crate::errors::{
+    ConfirmError, CreateVoucherError, ReleaseError, ReserveError, StoreError, WarmupError,
+};
+use crate::gate::{Gate, GateReply, Held, OrderEntry, Removal};
+use crate::store::{Merge, MergeOutcome, Store};
+
+/// How long a caller waits for another process to finish loading a voucher into the gate.
+const LOAD_WAIT: Duration = Duration::from_secs(2);
+/// The loading lock expires by itself if its holder dies.
+const LOAD_LOCK_TTL: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct App {
     pub store: Store,
-    /// Opening a `Client` makes no connection; it only validates the URL.
-    pub redis: redis::Client,
+    pub gate: Arc<Gate>,
+    kinds: Arc<RwLock<HashMap<String, bool>>>,
+    sold_out: Arc<Mutex<HashMap<String, Instant>>>,
+    sold_out_ttl: Duration,
+    warmup_lead: Duration,
+}
+
+/// What a warm-up found or did.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Warmed {
+    pub code: String,
+    /// True when this call loaded the voucher; false when it was loaded already.
+    pub loaded_now: bool,
+    /// Uses left in the gate right after.
+    pub remaining: Option<i64>,
 }
 
 impl App {
     pub fn new(settings: &Settings) -> anyhow::Result<App> {
         Ok(App {
             store: Store::connect(settings)?,
-            redis: redis::Client::open(settings.redis_url.as_str())?,
+            gate: Arc::new(Gate::new(
+                &settings.redis_url,
+                settings.redis_cluster,
+                settings.redis_timeout,
+            )?),
+            kinds: Arc::default(),
+            sold_out: Arc::default(),
+            sold_out_ttl: settings.sold_out_ttl,
+            warmup_lead: settings.warmup_lead,
         })
     }
 
@@ -28,12 +72,290 @@ impl App {
         self.store.migrate().await
     }
 
-    /// True when Redis answers PING within `limit`.
-    pub async fn redis_ping(&self, limit: Duration) -> bool {
-        let ping = async {
-            let mut conn = self.redis.get_multiplexed_async_connection().await?;
-            redis::cmd("PING").query_async::<String>(&mut conn).await
+    /// True when Redis answers PING within the gate's timeout.
+    pub async fn redis_up(&self) -> bool {
+        self.gate.ping().await
+    }
+
+    pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
+        let view = self.store.create_voucher(v).await?;
+        let soon = v.starts_at - Utc::now()
+            <= chrono::Duration::from_std(self.warmup_lead).unwrap_or_default();
+        if v.flash_sale && soon {
+            // Best effort: a voucher not loaded now is loaded on first use.
+            if let Err(e) = self.warmup(&v.code).await {
+                tracing::warn!(code = v.code.as_str(), error = %e, "warm-up at creation failed");
+            }
+        }
+        Ok(view)
+    }
+
+    /// Is this voucher decided by the gate? Cached for good: the flag never changes.
+    async fn is_flash(&self, code: &VoucherCode) -> Result<Option<bool>, StoreError> {
+        // A std lock: held for one map access, never across an await.
+        if let Some(&flash) = self.kinds.read().unwrap().get(code.as_str()) {
+            return Ok(Some(flash));
+        }
+        let found = self.store.is_flash(code).await?;
+        if let Some(flash) = found {
+            self.kinds
+                .write()
+                .unwrap()
+                .insert(code.as_str().to_owned(), flash);
+        }
+        Ok(found)
+    }
+
+    pub async fn reserve(&self, r: &Reserve) -> Result<Reservation, ReserveError> {
+        let now = domain::millis(Utc::now());
+        match self.is_flash(&r.code).await? {
+            None => Err(ReserveError::VoucherNotFound),
+            Some(false) => self.store.reserve(r, now).await,
+            Some(true) => self.reserve_flash(r, now).await,
+        }
+    }
+
+    fn sold_out_recently(&self, code: &VoucherCode) -> bool {
+        let map = self.sold_out.lock().unwrap();
+        map.get(code.as_str())
+            .is_some_and(|until| Instant::now() < *until)
+    }
+
+    fn mark_sold_out(&self, code: &VoucherCode) {
+        if self.sold_out_ttl.is_zero() {
+            return;
+        }
+        let until = Instant::now() + self.sold_out_ttl;
+        self.sold_out
+            .lock()
+            .unwrap()
+            .insert(code.as_str().to_owned(), until);
+    }
+
+    async fn reserve_flash(
+        &self,
+        r: &Reserve,
+        now: DateTime<Utc>,
+    ) -> Result<Reservation, ReserveError> {
+        let order = r.order_id.as_str();
+        if self.sold_out_recently(&r.code) {
+            return self.answer_sold_out(r).await;
+        }
+        let now_ms = now.timestamp_millis();
+        let ask = || {
+            self.gate
+                .reserve(&r.code, r.customer_id, order, r.order_amount, now_ms)
         };
-        matches!(tokio::time::timeout(limit, ping).await, Ok(Ok(_)))
+        let mut reply = ask().await?;
+        if reply == GateReply::NotLoaded {
+            self.warmup(&r.code).await?;
+            reply = ask().await?;
+        }
+        match reply {
+            GateReply::Reserved(held) => self.settle(r, held, true).await,
+            GateReply::Duplicate(held) => self.settle(r, held, false).await,
+            GateReply::OrderConflict => Err(ReserveError::OrderConflict),
+            GateReply::Released => Err(ReserveError::Released),
+            GateReply::NotLoaded => Err(ReserveError::WarmingUp),
+            GateReply::NotStarted => Err(ReserveError::NotStarted),
+            GateReply::Expired => Err(ReserveError::Expired),
+            GateReply::MinOrderAmount => Err(ReserveError::MinOrderAmount),
+            GateReply::AlreadyUsed => Err(ReserveError::AlreadyUsed),
+            GateReply::OutOfStock => {
+                self.mark_sold_out(&r.code);
+                Err(ReserveError::OutOfStock)
+            }
+        }
+    }
+
+    /// Sold out a moment ago: answer without the gate's script. One HGET still tells a
+    /// winner's retry apart, so that it gets its 201 again rather than OUT_OF_STOCK.
+    async fn answer_sold_out(&self, r: &Reserve) -> Result<Reservation, ReserveError> {
+        match self.gate.order(&r.code, r.order_id.as_str()).await {
+            Ok(Some(OrderEntry::Active(held))) if held.customer_id == r.customer_id => {
+                self.settle(r, held, false).await
+            }
+            Ok(Some(OrderEntry::Active(_))) => Err(ReserveError::OrderConflict),
+            Ok(Some(OrderEntry::Tombstone(Some(c)))) if c != r.customer_id => {
+                Err(ReserveError::OrderConflict)
+            }
+            Ok(Some(OrderEntry::Tombstone(_))) => Err(ReserveError::Released),
+            // Redis down too: the voucher was sold out a moment ago, and nothing is written.
+            Ok(None) | Err(_) => Err(ReserveError::OutOfStock),
+        }
+    }
+
+    /// Mode A: the gate granted (`fresh`) or already held (retry) the use; write the row with
+    /// the merge and answer from what Postgres stored. When Postgres does not take a use the
+    /// gate just granted, the gate is undone so the two agree again.
+    async fn settle(
+        &self,
+        r: &Reserve,
+        held: Held,
+        fresh: bool,
+    ) -> Result<Reservation, ReserveError> {
+        let order = r.order_id.as_str();
+        let reserved_at = DateTime::from_timestamp_millis(held.reserved_ms);
+        let expires_at = DateTime::from_timestamp_millis(held.expires_ms);
+        let merge = Merge {
+            code: r.code.as_str(),
+            order_id: order,
+            customer_id: Some(r.customer_id),
+            status: Status::Reserved,
+            order_amount: Some(r.order_amount),
+            discount_amount: Some(held.discount),
+            reserved_at,
+            expires_at,
+            reason: None,
+            now: domain::millis(Utc::now()),
+            revoke: false,
+        };
+        let merged = match self.store.merge(&merge).await {
+            Ok(m) => m,
+            Err(e) => {
+                if fresh {
+                    self.undo(r, true).await;
+                }
+                return Err(e.into());
+            }
+        };
+        let row = merged.row.as_ref();
+        let result = match merged.outcome {
+            MergeOutcome::Applied | MergeOutcome::Unchanged
+                if row.is_some_and(|row| row.status.is_active()) =>
+            {
+                let row = row.expect("checked");
+                Ok(Reservation {
+                    order_id: order.to_owned(),
+                    customer_id: row.customer_id,
+                    discount_amount: row.discount_amount,
+                    status: Status::Reserved,
+                    expires_at: row.expires_at,
+                })
+            }
+            MergeOutcome::Applied | MergeOutcome::Unchanged | MergeOutcome::Revoked => {
+                Err(ReserveError::Released)
+            }
+            MergeOutcome::OrderConflict => Err(ReserveError::OrderConflict),
+            MergeOutcome::RefusedAlreadyUsed => Err(ReserveError::AlreadyUsed),
+            MergeOutcome::RefusedOutOfStock => Err(ReserveError::OutOfStock),
+            MergeOutcome::NotFound => Err(StoreError::UnexpectedOutcome("NOT_FOUND".into()).into()),
+        };
+        if fresh {
+            match merged.outcome {
+                // Postgres has the row: no longer pending. Off the answer's path.
+                MergeOutcome::Applied => {
+                    let (gate, code, order) = (self.gate.clone(), r.code.clone(), order.to_owned());
+                    tokio::spawn(async move {
+                        if let Err(e) = gate.settled(&code, &order).await {
+                            tracing::warn!(code = code.as_str(), order_id = order, error = %e, "pending not cleared");
+                        }
+                    });
+                }
+                // Postgres knew this order already (the gate lost it): the gate counted it twice.
+                MergeOutcome::Unchanged
+                | MergeOutcome::OrderConflict
+                | MergeOutcome::RefusedAlreadyUsed => self.undo(r, true).await,
+                // Postgres is full, so the gate had one use too many: keep it taken.
+                MergeOutcome::RefusedOutOfStock => self.undo(r, false).await,
+                MergeOutcome::Revoked | MergeOutcome::NotFound => {}
+            }
+        }
+        result
+    }
+
+    async fn undo(&self, r: &Reserve, give_back: bool) {
+        let how = Removal::Forget { give_back };
+        if let Err(e) = self
+            .gate
+            .remove(&r.code, r.order_id.as_str(), how, Some(r.customer_id))
+            .await
+        {
+            // The order stays pending in the gate; the sweeper's orphan pass resolves it.
+            tracing::error!(code = r.code.as_str(), order_id = r.order_id.as_str(), error = %e, "gate undo failed");
+        }
+    }
+
+    pub async fn confirm(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+    ) -> Result<Confirmation, ConfirmError> {
+        self.store.confirm(code, order_id, Utc::now()).await
+    }
+
+    pub async fn release(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+    ) -> Result<(), ReleaseError> {
+        let merged = self
+            .store
+            .release(code, order_id, ReleaseReason::Cancelled, Utc::now())
+            .await?;
+        if merged.flash_sale && merged.outcome == MergeOutcome::Applied {
+            let customer = merged.row.map(|r| r.customer_id);
+            if let Err(e) = self
+                .gate
+                .remove(code, order_id.as_str(), Removal::Release, customer)
+                .await
+            {
+                // Postgres released it; the gate keeps the use until the reconciler returns it.
+                tracing::warn!(code = code.as_str(), order_id = order_id.as_str(), error = %e, "gate release failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads a flash voucher into the gate from Postgres unless it is loaded: one caller loads
+    /// (under a `SET NX` lock), the others wait for it briefly.
+    pub async fn warmup(&self, code: &VoucherCode) -> Result<Warmed, WarmupError> {
+        let token = format!("{}-{:?}", std::process::id(), Instant::now());
+        let mut loaded_now = false;
+        if self.gate.is_loaded(code).await? {
+        } else if self
+            .gate
+            .try_lock_loading(code, &token, LOAD_LOCK_TTL)
+            .await?
+        {
+            let result = self.load(code).await;
+            let _ = self.gate.unlock_loading(code).await;
+            loaded_now = result?;
+        } else {
+            let deadline = Instant::now() + LOAD_WAIT;
+            while !self.gate.is_loaded(code).await? {
+                if Instant::now() > deadline {
+                    return Err(WarmupError::Busy);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(Warmed {
+            code: code.as_str().to_owned(),
+            loaded_now,
+            remaining: self.gate.remaining(code).await?,
+        })
+    }
+
+    async fn load(&self, code: &VoucherCode) -> Result<bool, WarmupError> {
+        match self.is_flash(code).await? {
+            None => return Err(WarmupError::NotFound),
+            Some(false) => return Err(WarmupError::NotFlashSale),
+            Some(true) => {}
+        }
+        let (meta, remaining, users) = self
+            .store
+            .gate_source(code)
+            .await?
+            .ok_or(WarmupError::NotFound)?;
+        let loaded = self.gate.load(code, &meta, remaining, &users).await?;
+        if loaded {
+            tracing::info!(
+                code = code.as_str(),
+                remaining,
+                "voucher loaded into the gate"
+            );
+        }
+        Ok(loaded)
     }
 }

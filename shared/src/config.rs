@@ -24,6 +24,14 @@ pub struct Settings {
     pub database_pool_size: usize,
     /// How long a request may wait for a pooled Postgres connection before answering 503.
     pub database_timeout: Duration,
+    /// `REDIS_URL` lists Redis Cluster seed nodes (comma-separated) instead of one server.
+    pub redis_cluster: bool,
+    /// Bound on every Redis call: a dead Redis gives 503 within it.
+    pub redis_timeout: Duration,
+    /// How long the process answers OUT_OF_STOCK for a flash voucher without asking the gate.
+    pub sold_out_ttl: Duration,
+    /// A flash voucher whose sale starts within this lead is loaded into Redis at creation.
+    pub warmup_lead: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +60,10 @@ impl Settings {
             events_queue_url: get("EVENTS_QUEUE_URL"),
             database_pool_size: parse(&get, "DATABASE_POOL_SIZE", 16)?,
             database_timeout: Duration::from_millis(parse(&get, "DATABASE_TIMEOUT_MS", 2000)?),
+            redis_cluster: parse(&get, "REDIS_CLUSTER", false)?,
+            redis_timeout: Duration::from_millis(parse(&get, "REDIS_TIMEOUT_MS", 500)?),
+            sold_out_ttl: Duration::from_millis(parse(&get, "SOLD_OUT_CACHE_MS", 1000)?),
+            warmup_lead: Duration::from_secs(parse(&get, "WARMUP_LEAD_SECONDS", 600)?),
         })
     }
 

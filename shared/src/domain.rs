@@ -409,7 +409,7 @@ mod tests {
             reservation_ttl_seconds: 900,
         };
         assert!(NewVoucher::try_from(base()).is_ok());
-        let field = |r| NewVoucher::try_from(r).unwrap_err().field;
+        let field = |r: CreateVoucherRequest| NewVoucher::try_from(r).unwrap_err().field;
         assert_eq!(
             field(CreateVoucherRequest {
                 total_limit: 0,

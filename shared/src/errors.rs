@@ -2,6 +2,7 @@
 //! to HTTP status codes and bodies lives in `http::error`.
 
 use crate::domain::Invalid;
+use crate::gate::GateError;
 
 /// Infrastructure failure: the caller may retry later (HTTP 503).
 #[derive(Debug, thiserror::Error)]
@@ -60,8 +61,24 @@ pub enum ReserveError {
     Expired,
     #[error("order amount is below the voucher's minimum")]
     MinOrderAmount,
+    #[error("the flash-sale gate is loading this voucher; retry shortly")]
+    WarmingUp,
     #[error(transparent)]
     Unavailable(#[from] StoreError),
+    #[error("redis is unavailable: {0}")]
+    Gate(#[from] GateError),
+}
+
+impl From<WarmupError> for ReserveError {
+    fn from(e: WarmupError) -> Self {
+        match e {
+            WarmupError::Store(e) => ReserveError::Unavailable(e),
+            WarmupError::Gate(e) => ReserveError::Gate(e),
+            WarmupError::NotFound => ReserveError::VoucherNotFound,
+            WarmupError::Invalid(e) => ReserveError::Invalid(e),
+            WarmupError::NotFlashSale | WarmupError::Busy => ReserveError::WarmingUp,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -94,4 +111,20 @@ pub enum ReleaseError {
     NotFound,
     #[error(transparent)]
     Unavailable(#[from] StoreError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WarmupError {
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    #[error("voucher does not exist")]
+    NotFound,
+    #[error("voucher is not a flash-sale voucher; only those are loaded into Redis")]
+    NotFlashSale,
+    #[error("another process is loading this voucher; retry shortly")]
+    Busy,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("redis is unavailable: {0}")]
+    Gate(#[from] GateError),
 }

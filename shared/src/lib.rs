@@ -19,6 +19,7 @@ pub mod app;
 pub mod config;
 pub mod domain;
 pub mod errors;
+pub mod gate;
 pub mod http;
 pub mod lambda;
 pub mod server;

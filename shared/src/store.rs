@@ -21,6 +21,7 @@ use crate::errors::{
     ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ReleaseError,
     ReserveError, StoreError,
 };
+use crate::gate::Meta;
 
 mod embedded {
     refinery::embed_migrations!("../migrations");
@@ -79,13 +80,19 @@ pub enum MergeOutcome {
     OrderConflict,
     NotFound,
     Revoked,
+    /// A +1 refused with `revoke = false`: nothing was written.
+    RefusedOutOfStock,
+    RefusedAlreadyUsed,
 }
 
-/// What `fg_merge` answered, with the row as it stands afterwards (absent for NOT_FOUND).
+/// What `fg_merge` answered, with the row as it stands afterwards (absent for NOT_FOUND and
+/// refusals), and whether the voucher is a flash-sale one, whose gate may need telling (false
+/// when unknown: NOT_FOUND or a refusal).
 #[derive(Debug, Clone)]
 pub struct Merged {
     pub outcome: MergeOutcome,
     pub row: Option<RowFacts>,
+    pub flash_sale: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -292,7 +299,13 @@ impl Store {
             .await;
         let row = match result {
             Ok(rows) => rows.into_iter().next().ok_or(StoreError::NoRow)?,
-            Err(e) => return Err(refusal(&e).unwrap_or_else(|| StoreError::from(e).into())),
+            Err(e) => {
+                return Err(match refusal(&e) {
+                    Some(MergeOutcome::RefusedAlreadyUsed) => ReserveError::AlreadyUsed,
+                    Some(_) => ReserveError::OutOfStock,
+                    None => StoreError::from(e).into(),
+                })
+            }
         };
         let outcome: &str = row.get("outcome");
         match outcome {
@@ -350,9 +363,10 @@ impl Store {
         let client = self.client().await?;
         let status = m.status.as_db();
         let reason = m.reason.map(ReleaseReason::as_db);
-        let rows = client
+        let result = client
             .query_typed(
-                "SELECT outcome, customer_id, status, discount_amount, expires_at
+                "SELECT outcome, customer_id, status, discount_amount, expires_at,
+                        (SELECT flash_sale FROM voucher WHERE code = $1) AS flash_sale
                    FROM fg_merge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                 &[
                     (&m.code, Type::TEXT),
@@ -368,8 +382,22 @@ impl Store {
                     (&m.revoke, Type::BOOL),
                 ],
             )
-            .await?;
+            .await;
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) => {
+                return match refusal(&e) {
+                    Some(outcome) => Ok(Merged {
+                        outcome,
+                        row: None,
+                        flash_sale: false,
+                    }),
+                    None => Err(e.into()),
+                }
+            }
+        };
         let row = rows.into_iter().next().ok_or(StoreError::NoRow)?;
+        let flash_sale: Option<bool> = row.get("flash_sale");
         let outcome = match row.get::<_, &str>("outcome") {
             "APPLIED" => MergeOutcome::Applied,
             "UNCHANGED" => MergeOutcome::Unchanged,
@@ -382,7 +410,11 @@ impl Store {
             MergeOutcome::NotFound => None,
             _ => Some(row_facts(&row)?),
         };
-        Ok(Merged { outcome, row })
+        Ok(Merged {
+            outcome,
+            row,
+            flash_sale: flash_sale.unwrap_or(false),
+        })
     }
 
     pub async fn confirm(
@@ -416,13 +448,73 @@ impl Store {
         order_id: &OrderId,
         reason: ReleaseReason,
         now: DateTime<Utc>,
-    ) -> Result<(), ReleaseError> {
+    ) -> Result<Merged, ReleaseError> {
         let mut merge = Merge::by_key(code.as_str(), order_id.as_str(), Status::Released, now);
         merge.reason = Some(reason);
-        match self.merge(&merge).await?.row {
+        let merged = self.merge(&merge).await?;
+        match merged.row {
             None => Err(ReleaseError::NotFound),
-            Some(_) => Ok(()),
+            Some(_) => Ok(merged),
         }
+    }
+
+    /// Whether a voucher is a flash-sale one (None: no such voucher). Immutable once created.
+    pub async fn is_flash(&self, code: &VoucherCode) -> Result<Option<bool>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT flash_sale FROM voucher WHERE code = $1",
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    /// What the gate is loaded from, read in one snapshot: the voucher's facts, the uses left
+    /// (`total_limit - used_count`, never `total_limit`) and each customer's active uses.
+    pub async fn gate_source(
+        &self,
+        code: &VoucherCode,
+    ) -> Result<Option<(Meta, i64, Vec<(i64, i32)>)>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT v.discount_amount, v.min_order_amount, v.starts_at, v.ends_at,
+                        v.per_user_limit, v.reservation_ttl_seconds,
+                        v.total_limit - v.used_count AS remaining,
+                        COALESCE((SELECT array_agg(c.customer_id ORDER BY c.customer_id)
+                                    FROM voucher_customer c
+                                   WHERE c.voucher_code = v.code AND c.active > 0), '{}') AS customers,
+                        COALESCE((SELECT array_agg(c.active ORDER BY c.customer_id)
+                                    FROM voucher_customer c
+                                   WHERE c.voucher_code = v.code AND c.active > 0), '{}') AS actives
+                   FROM voucher v WHERE v.code = $1",
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let starts: DateTime<Utc> = row.get("starts_at");
+        let ends: DateTime<Utc> = row.get("ends_at");
+        let meta = Meta {
+            discount: row.get("discount_amount"),
+            min_order: row.get("min_order_amount"),
+            starts_ms: starts.timestamp_millis(),
+            ends_ms: ends.timestamp_millis(),
+            per_user: row.get::<_, i32>("per_user_limit").into(),
+            ttl_ms: i64::from(row.get::<_, i32>("reservation_ttl_seconds")) * 1000,
+        };
+        let remaining: i32 = row.get("remaining");
+        let customers: Vec<i64> = row.get("customers");
+        let actives: Vec<i32> = row.get("actives");
+        Ok(Some((
+            meta,
+            remaining.into(),
+            customers.into_iter().zip(actives).collect(),
+        )))
     }
 }
 
@@ -437,14 +529,14 @@ fn row_facts(row: &Row) -> Result<RowFacts, StoreError> {
 }
 
 /// `fg_merge` refuses a +1 with SQLSTATE FG409 and the reason as the message.
-fn refusal(e: &tokio_postgres::Error) -> Option<ReserveError> {
+fn refusal(e: &tokio_postgres::Error) -> Option<MergeOutcome> {
     let db = e.as_db_error()?;
     if db.code().code() != "FG409" {
         return None;
     }
     match db.message() {
-        "OUT_OF_STOCK" => Some(ReserveError::OutOfStock),
-        "ALREADY_USED" => Some(ReserveError::AlreadyUsed),
+        "OUT_OF_STOCK" => Some(MergeOutcome::RefusedOutOfStock),
+        "ALREADY_USED" => Some(MergeOutcome::RefusedAlreadyUsed),
         _ => None,
     }
 }

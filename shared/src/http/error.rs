@@ -9,8 +9,9 @@ use super::Outcome;
 use crate::domain::Invalid;
 use crate::errors::{
     ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ReleaseError,
-    ReserveError, StoreError,
+    ReserveError, StoreError, WarmupError,
 };
+use crate::gate::GateError;
 
 /// Seconds a client is asked to wait after a 503.
 const RETRY_AFTER_SECONDS: u32 = 1;
@@ -47,6 +48,10 @@ impl ApiError {
             reason: Some(reason),
             ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "NOT_ELIGIBLE", message)
         }
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", message)
     }
 
     pub fn too_large(limit: usize) -> Self {
@@ -87,12 +92,33 @@ impl From<Invalid> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         // The detail goes to the log, not to the client.
-        tracing::error!(error = %e, "dependency failure");
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "UNAVAILABLE",
-            "a dependency is unavailable; retry later",
-        )
+        tracing::error!(error = %e, "postgres failure");
+        ApiError::unavailable("the database is unavailable; retry later")
+    }
+}
+
+impl From<GateError> for ApiError {
+    fn from(e: GateError) -> Self {
+        tracing::error!(error = %e, "redis failure");
+        ApiError::unavailable("the flash-sale gate is unavailable; retry later")
+    }
+}
+
+impl From<WarmupError> for ApiError {
+    fn from(e: WarmupError) -> Self {
+        let message = e.to_string();
+        match e {
+            WarmupError::Invalid(e) => e.into(),
+            WarmupError::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND", message)
+            }
+            WarmupError::NotFlashSale => {
+                ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
+            }
+            WarmupError::Busy => ApiError::unavailable(message),
+            WarmupError::Store(e) => e.into(),
+            WarmupError::Gate(e) => e.into(),
+        }
     }
 }
 
@@ -136,7 +162,9 @@ impl From<ReserveError> for ApiError {
             NotStarted => ApiError::not_eligible("NOT_STARTED", message),
             Expired => ApiError::not_eligible("EXPIRED", message),
             MinOrderAmount => ApiError::not_eligible("MIN_ORDER_AMOUNT", message),
+            WarmingUp => ApiError::unavailable(message),
             Unavailable(e) => e.into(),
+            Gate(e) => e.into(),
         }
     }
 }

@@ -17,13 +17,12 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use chrono::Utc;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::app::App;
 use crate::domain::{
-    CreateVoucherRequest, NewVoucher, OrderId, ReleaseReason, Reserve, ReserveRequest, VoucherCode,
+    CreateVoucherRequest, NewVoucher, OrderId, Reserve, ReserveRequest, VoucherCode,
 };
 pub use error::ApiError;
 
@@ -68,6 +67,7 @@ pub fn router(app: App, routes: Routes) -> Router {
         r = r
             .route("/vouchers", post(create_voucher))
             .route("/vouchers/{code}", get(get_voucher))
+            .route("/vouchers/{code}/warmup", post(warmup))
             .route(
                 "/vouchers/{code}/reservations/{order_id}",
                 get(get_reservation),
@@ -126,7 +126,7 @@ async fn create_voucher(
     JsonBody(body): JsonBody<CreateVoucherRequest>,
 ) -> Result<Response, ApiError> {
     let voucher = NewVoucher::try_from(body)?;
-    let view = app.store.create_voucher(&voucher).await?;
+    let view = app.create_voucher(&voucher).await?;
     Ok(ok(StatusCode::CREATED, "CREATED", Json(view)))
 }
 
@@ -139,6 +139,15 @@ async fn get_voucher(
     Ok(ok(StatusCode::OK, "FOUND", Json(view)))
 }
 
+async fn warmup(
+    State(app): State<App>,
+    code: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let code = VoucherCode::parse(&path(code)?)?;
+    let warmed = app.warmup(&code).await?;
+    Ok(ok(StatusCode::OK, "WARMED", Json(warmed)))
+}
+
 async fn reserve(
     State(app): State<App>,
     code: Result<Path<String>, PathRejection>,
@@ -147,10 +156,7 @@ async fn reserve(
     let code = VoucherCode::parse(&path(code)?)?;
     let request = Reserve::parse(code, body)?;
     let order_id = LoggedOrderId(request.order_id.as_str().to_owned());
-    let result = app
-        .store
-        .reserve(&request, crate::domain::millis(Utc::now()))
-        .await;
+    let result = app.reserve(&request).await;
     let mut response = match result {
         Ok(reservation) => ok(StatusCode::CREATED, "RESERVED", Json(reservation)),
         Err(e) => ApiError::from(e).into_response(),
@@ -180,7 +186,7 @@ async fn confirm(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (code, order_id) = key(p)?;
-    let confirmation = app.store.confirm(&code, &order_id, Utc::now()).await?;
+    let confirmation = app.confirm(&code, &order_id).await?;
     Ok(ok(StatusCode::OK, "CONFIRMED", Json(confirmation)))
 }
 
@@ -189,9 +195,7 @@ async fn release(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (code, order_id) = key(p)?;
-    app.store
-        .release(&code, &order_id, ReleaseReason::Cancelled, Utc::now())
-        .await?;
+    app.release(&code, &order_id).await?;
     Ok(ok(StatusCode::NO_CONTENT, "RELEASED", ()))
 }
 
@@ -200,7 +204,7 @@ async fn health(State(app): State<App>) -> Response {
     const LIMIT: Duration = Duration::from_secs(1);
     let postgres = tokio::time::timeout(LIMIT, app.store.ping()).await;
     let postgres_up = matches!(postgres, Ok(Ok(())));
-    let redis_up = app.redis_ping(LIMIT).await;
+    let redis_up = app.redis_up().await;
     let state = |up: bool| if up { "up" } else { "down" };
     let (status, outcome) = if postgres_up {
         (StatusCode::OK, "HEALTHY")

@@ -1,0 +1,37 @@
+-- Flashgate gate: take an order out of the gate. Safe to call any number of times.
+--
+-- KEYS[1] remaining  KEYS[2] users  KEYS[3] orders  KEYS[4] pending   (see reserve.lua)
+-- ARGV[1] orderId
+-- ARGV[2] give_back  '1': an active order's use returns to `remaining`; '0': it does not
+--                    (REVOKED: Postgres refused the use, so the gate had one too many)
+-- ARGV[3] tombstone  '1': leave "R|..." so the orderId can never reserve again (release);
+--                    '0': forget the order entirely (undo of a reserve Postgres did not take,
+--                    so that the client's retry with the same orderId starts afresh)
+-- ARGV[4] customerId for a tombstone of an order the gate never saw ('' if unknown)
+--
+-- Returns RELEASED (was active), ALREADY (was a tombstone) or UNKNOWN (no entry).
+local order, give_back, tombstone = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
+local entry = redis.call('HGET', KEYS[3], order)
+redis.call('ZREM', KEYS[4], order)
+if not entry then
+  if tombstone then
+    redis.call('HSET', KEYS[3], order, 'R|' .. ARGV[4] .. '|0|0|0')
+  end
+  return 'UNKNOWN'
+end
+local state, owner, rest = string.match(entry, '^(%a)|(%d*)|(.*)$')
+if state == 'R' then
+  return 'ALREADY'
+end
+if give_back then
+  redis.call('INCR', KEYS[1])
+end
+if redis.call('HINCRBY', KEYS[2], owner, -1) <= 0 then
+  redis.call('HDEL', KEYS[2], owner)
+end
+if tombstone then
+  redis.call('HSET', KEYS[3], order, 'R|' .. owner .. '|' .. rest)
+else
+  redis.call('HDEL', KEYS[3], order)
+end
+return 'RELEASED'

@@ -1,0 +1,53 @@
+-- Flashgate gate: reserve one use of a flash-sale voucher, atomically.
+--
+-- KEYS[1] voucher:{CODE}:meta       hash: discount, min_order, starts_ms, ends_ms, per_user, ttl_ms
+-- KEYS[2] voucher:{CODE}:remaining  string: uses left
+-- KEYS[3] voucher:{CODE}:users      hash: customerId -> active uses
+-- KEYS[4] voucher:{CODE}:orders     hash: orderId -> "A|customer|reservedMs|expiresMs|discount"
+--                                   (active) or "R|..." (released tombstone)
+-- KEYS[5] voucher:{CODE}:pending    zset: orderId -> reservedMs, until Postgres has the row
+-- ARGV[1] customerId (decimal string)  ARGV[2] orderId  ARGV[3] orderAmount  ARGV[4] now (ms)
+--
+-- Returns {outcome, customerId, reservedMs, expiresMs, discount} as strings. Outcomes:
+-- RESERVED, DUPLICATE (same customer, active), ORDER_CONFLICT, RELEASED (tombstone),
+-- NOT_LOADED, NOT_STARTED, EXPIRED, MIN_ORDER_AMOUNT, ALREADY_USED, OUT_OF_STOCK.
+-- The clock is an argument so that every caller, and every test, decides with the same time.
+local customer, order = ARGV[1], ARGV[2]
+local amount, now = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+local entry = redis.call('HGET', KEYS[4], order)
+if entry then
+  local state, owner, reserved, expires, discount =
+    string.match(entry, '^(%a)|(%d*)|(%d+)|(%d+)|(%d+)$')
+  if owner ~= '' and owner ~= customer then
+    return {'ORDER_CONFLICT', owner, '0', '0', '0'}
+  end
+  if state == 'R' then
+    return {'RELEASED', owner, '0', '0', '0'}
+  end
+  return {'DUPLICATE', owner, reserved, expires, discount}
+end
+
+local meta = redis.call('HMGET', KEYS[1],
+  'discount', 'min_order', 'starts_ms', 'ends_ms', 'per_user', 'ttl_ms')
+local remaining = redis.call('GET', KEYS[2])
+if not meta[1] or not remaining then
+  return {'NOT_LOADED', '', '0', '0', '0'}
+end
+local function refuse(outcome) return {outcome, '', '0', '0', '0'} end
+if now < tonumber(meta[3]) then return refuse('NOT_STARTED') end
+if now >= tonumber(meta[4]) then return refuse('EXPIRED') end
+if amount < tonumber(meta[2]) then return refuse('MIN_ORDER_AMOUNT') end
+-- Per-user before stock, as Postgres decides, so both layers refuse alike.
+if tonumber(redis.call('HGET', KEYS[3], customer) or '0') >= tonumber(meta[5]) then
+  return refuse('ALREADY_USED')
+end
+if tonumber(remaining) <= 0 then return refuse('OUT_OF_STOCK') end
+
+local expires = string.format('%.0f', now + tonumber(meta[6]))
+redis.call('DECR', KEYS[2])
+redis.call('HINCRBY', KEYS[3], customer, 1)
+redis.call('HSET', KEYS[4], order,
+  'A|' .. customer .. '|' .. ARGV[4] .. '|' .. expires .. '|' .. meta[1])
+redis.call('ZADD', KEYS[5], ARGV[4], order)
+return {'RESERVED', customer, ARGV[4], expires, meta[1]}

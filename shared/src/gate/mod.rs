@@ -1,0 +1,485 @@
+//! The flash-sale gate: Redis decides who gets a use, atomically, with the Lua scripts in
+//! `lua/`; Postgres then receives only the winners.
+//!
+//! Scripts run through `redis::Script` (EVALSHA, and the script body on NOSCRIPT). Every key
+//! carries the hash tag `{CODE}` ([`keys::Keys`]), so a Redis Cluster keeps a voucher in one
+//! slot. Every call is bounded by a timeout: a dead Redis answers `GateError` within it, never
+//! a hang.
+
+pub mod keys;
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use tokio::sync::OnceCell;
+
+use crate::domain::VoucherCode;
+pub use keys::Keys;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("unexpected gate reply: {0}")]
+    Reply(String),
+}
+
+/// A use as the gate holds it: everything a 201 needs, so any layer answers a retry alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub customer_id: i64,
+    pub reserved_ms: i64,
+    pub expires_ms: i64,
+    pub discount: i64,
+}
+
+/// `reserve.lua`'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateReply {
+    Reserved(Held),
+    Duplicate(Held),
+    OrderConflict,
+    Released,
+    NotLoaded,
+    NotStarted,
+    Expired,
+    MinOrderAmount,
+    AlreadyUsed,
+    OutOfStock,
+}
+
+/// What an order is in the gate's `orders` hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderEntry {
+    Active(Held),
+    /// Released; the customer is unknown for a tombstone of an order the gate never held.
+    Tombstone(Option<i64>),
+}
+
+/// How `release.lua` takes an order out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Released: the use returns, a tombstone stays.
+    Release,
+    /// Postgres refused the use: tombstone, and the use does not return.
+    Revoke,
+    /// Undo a reserve that Postgres did not take, so that a retry starts afresh.
+    Forget { give_back: bool },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removed {
+    Released,
+    Already,
+    Unknown,
+}
+
+/// Voucher facts the gate needs to decide without Postgres (`meta` hash).
+#[derive(Debug, Clone)]
+pub struct Meta {
+    pub discount: i64,
+    pub min_order: i64,
+    pub starts_ms: i64,
+    pub ends_ms: i64,
+    pub per_user: i64,
+    pub ttl_ms: i64,
+}
+
+/// Single node (reconnecting multiplexed connection) or Redis Cluster.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+pub struct Gate {
+    single: Option<ConnectionManager>,
+    cluster: Option<redis::cluster::ClusterClient>,
+    /// The cluster connection is made on first use, and again after a failed attempt.
+    cluster_conn: OnceCell<ClusterConnection>,
+    timeout: Duration,
+    reserve: Script,
+    release: Script,
+    load: Script,
+}
+
+impl Gate {
+    /// `url`: one Redis URL, or with `cluster` a comma-separated list of seed nodes.
+    /// No connection is made here; the first call makes it.
+    pub fn new(url: &str, cluster: bool, timeout: Duration) -> Result<Gate, GateError> {
+        let (single, cluster) = if cluster {
+            let nodes: Vec<&str> = url.split(',').map(str::trim).collect();
+            let client = redis::cluster::ClusterClient::builder(nodes)
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                .retries(1)
+                .build()?;
+            (None, Some(client))
+        } else {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout))
+                .set_number_of_retries(1);
+            let client = redis::Client::open(url)?;
+            (
+                Some(ConnectionManager::new_lazy_with_config(client, config)?),
+                None,
+            )
+        };
+        Ok(Gate {
+            single,
+            cluster,
+            cluster_conn: OnceCell::new(),
+            timeout,
+            reserve: Script::new(include_str!("../../../lua/reserve.lua")),
+            release: Script::new(include_str!("../../../lua/release.lua")),
+            load: Script::new(include_str!("../../../lua/load.lua")),
+        })
+    }
+
+    async fn conn(&self) -> Result<Conn, GateError> {
+        if let Some(c) = &self.single {
+            return Ok(Conn::Single(c.clone()));
+        }
+        let client = self.cluster.as_ref().expect("single or cluster");
+        let conn = self
+            .cluster_conn
+            .get_or_try_init(|| client.get_async_connection())
+            .await?;
+        Ok(Conn::Cluster(conn.clone()))
+    }
+
+    /// Runs `f` on a connection within the gate's timeout.
+    async fn bounded<T, F, Fut>(&self, f: F) -> Result<T, GateError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let call = async { Ok::<_, GateError>(f(self.conn().await?).await?) };
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| GateError::Timeout(self.timeout))?
+    }
+
+    pub async fn reserve(
+        &self,
+        code: &VoucherCode,
+        customer_id: i64,
+        order_id: &str,
+        order_amount: i64,
+        now_ms: i64,
+    ) -> Result<GateReply, GateError> {
+        let k = Keys::new(code);
+        let reply: Vec<String> = self
+            .bounded(|mut c| async move {
+                self.reserve
+                    .key(&k.meta)
+                    .key(&k.remaining)
+                    .key(&k.users)
+                    .key(&k.orders)
+                    .key(&k.pending)
+                    .arg(customer_id)
+                    .arg(order_id)
+                    .arg(order_amount)
+                    .arg(now_ms)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        parse_reserve(&reply)
+    }
+
+    pub async fn remove(
+        &self,
+        code: &VoucherCode,
+        order_id: &str,
+        how: Removal,
+        customer_id: Option<i64>,
+    ) -> Result<Removed, GateError> {
+        let k = Keys::new(code);
+        let (give_back, tombstone) = match how {
+            Removal::Release => ("1", "1"),
+            Removal::Revoke => ("0", "1"),
+            Removal::Forget { give_back } => (if give_back { "1" } else { "0" }, "0"),
+        };
+        let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
+        let reply: String = self
+            .bounded(|mut c| async move {
+                self.release
+                    .key(&k.remaining)
+                    .key(&k.users)
+                    .key(&k.orders)
+                    .key(&k.pending)
+                    .arg(order_id)
+                    .arg(give_back)
+                    .arg(tombstone)
+                    .arg(customer)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        match reply.as_str() {
+            "RELEASED" => Ok(Removed::Released),
+            "ALREADY" => Ok(Removed::Already),
+            "UNKNOWN" => Ok(Removed::Unknown),
+            other => Err(GateError::Reply(other.to_owned())),
+        }
+    }
+
+    /// The order's entry, with one HGET (the sold-out short cut's replay check).
+    pub async fn order(
+        &self,
+        code: &VoucherCode,
+        order_id: &str,
+    ) -> Result<Option<OrderEntry>, GateError> {
+        let k = Keys::new(code);
+        let raw: Option<String> = self
+            .bounded(|mut c| async move {
+                redis::cmd("HGET")
+                    .arg(&k.orders)
+                    .arg(order_id)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        raw.map(|r| parse_entry(&r)).transpose()
+    }
+
+    /// The order was written to Postgres: it is no longer pending.
+    pub async fn settled(&self, code: &VoucherCode, order_id: &str) -> Result<(), GateError> {
+        let k = Keys::new(code);
+        self.bounded(|mut c| async move {
+            redis::cmd("ZREM")
+                .arg(&k.pending)
+                .arg(order_id)
+                .query_async::<i64>(&mut c)
+                .await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Loads a voucher unless it is loaded. Returns true when this call loaded it.
+    pub async fn load(
+        &self,
+        code: &VoucherCode,
+        meta: &Meta,
+        remaining: i64,
+        users: &[(i64, i32)],
+    ) -> Result<bool, GateError> {
+        let k = Keys::new(code);
+        let loaded: i64 = self
+            .bounded(|mut c| async move {
+                let mut inv = self.load.key(&k.meta);
+                inv.key(&k.remaining)
+                    .key(&k.users)
+                    .arg(remaining)
+                    .arg(meta.discount)
+                    .arg(meta.min_order)
+                    .arg(meta.starts_ms)
+                    .arg(meta.ends_ms)
+                    .arg(meta.per_user)
+                    .arg(meta.ttl_ms);
+                for (customer, active) in users {
+                    inv.arg(customer).arg(active);
+                }
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(loaded == 1)
+    }
+
+    pub async fn is_loaded(&self, code: &VoucherCode) -> Result<bool, GateError> {
+        let k = Keys::new(code);
+        self.bounded(|mut c| async move {
+            redis::cmd("EXISTS")
+                .arg(&k.meta)
+                .query_async::<bool>(&mut c)
+                .await
+        })
+        .await
+    }
+
+    /// `SET loading token NX PX ttl`: true when this caller may load the voucher.
+    pub async fn try_lock_loading(
+        &self,
+        code: &VoucherCode,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool, GateError> {
+        let k = Keys::new(code);
+        let set: Option<String> = self
+            .bounded(|mut c| async move {
+                redis::cmd("SET")
+                    .arg(&k.loading)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl.as_millis() as u64)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(set.is_some())
+    }
+
+    pub async fn unlock_loading(&self, code: &VoucherCode) -> Result<(), GateError> {
+        let k = Keys::new(code);
+        self.bounded(|mut c| async move {
+            redis::cmd("DEL")
+                .arg(&k.loading)
+                .query_async::<i64>(&mut c)
+                .await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Uses left according to the gate (None: not loaded).
+    pub async fn remaining(&self, code: &VoucherCode) -> Result<Option<i64>, GateError> {
+        let k = Keys::new(code);
+        self.bounded(|mut c| async move {
+            redis::cmd("GET")
+                .arg(&k.remaining)
+                .query_async::<Option<i64>>(&mut c)
+                .await
+        })
+        .await
+    }
+
+    pub async fn ping(&self) -> bool {
+        self.bounded(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await })
+            .await
+            .is_ok()
+    }
+}
+
+fn num(s: &str) -> Result<i64, GateError> {
+    s.parse()
+        .map_err(|_| GateError::Reply(format!("not a number: {s:?}")))
+}
+
+fn parse_reserve(reply: &[String]) -> Result<GateReply, GateError> {
+    let [outcome, customer, reserved, expires, discount] = reply else {
+        return Err(GateError::Reply(format!("{reply:?}")));
+    };
+    let held = || -> Result<Held, GateError> {
+        Ok(Held {
+            customer_id: num(customer)?,
+            reserved_ms: num(reserved)?,
+            expires_ms: num(expires)?,
+            discount: num(discount)?,
+        })
+    };
+    Ok(match outcome.as_str() {
+        "RESERVED" => GateReply::Reserved(held()?),
+        "DUPLICATE" => GateReply::Duplicate(held()?),
+        "ORDER_CONFLICT" => GateReply::OrderConflict,
+        "RELEASED" => GateReply::Released,
+        "NOT_LOADED" => GateReply::NotLoaded,
+        "NOT_STARTED" => GateReply::NotStarted,
+        "EXPIRED" => GateReply::Expired,
+        "MIN_ORDER_AMOUNT" => GateReply::MinOrderAmount,
+        "ALREADY_USED" => GateReply::AlreadyUsed,
+        "OUT_OF_STOCK" => GateReply::OutOfStock,
+        other => return Err(GateError::Reply(other.to_owned())),
+    })
+}
+
+/// Parses an `orders` value: `A|customer|reservedMs|expiresMs|discount` or `R|customer|...`.
+pub fn parse_entry(raw: &str) -> Result<OrderEntry, GateError> {
+    let parts: Vec<&str> = raw.split('|').collect();
+    match parts.as_slice() {
+        ["A", customer, reserved, expires, discount] => Ok(OrderEntry::Active(Held {
+            customer_id: num(customer)?,
+            reserved_ms: num(reserved)?,
+            expires_ms: num(expires)?,
+            discount: num(discount)?,
+        })),
+        ["R", customer, ..] => Ok(OrderEntry::Tombstone(if customer.is_empty() {
+            None
+        } else {
+            Some(num(customer)?)
+        })),
+        _ => Err(GateError::Reply(format!("bad order entry {raw:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_entries_round_trip_the_formats_the_scripts_write() {
+        assert_eq!(
+            parse_entry("A|42|1000|901000|5").unwrap(),
+            OrderEntry::Active(Held {
+                customer_id: 42,
+                reserved_ms: 1000,
+                expires_ms: 901000,
+                discount: 5
+            })
+        );
+        assert_eq!(
+            parse_entry("R|42|1|2|3").unwrap(),
+            OrderEntry::Tombstone(Some(42))
+        );
+        assert_eq!(
+            parse_entry("R||0|0|0").unwrap(),
+            OrderEntry::Tombstone(None)
+        );
+        assert!(parse_entry("X|1").is_err());
+    }
+
+    #[test]
+    fn reserve_replies_parse_or_fail_loudly() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert!(matches!(
+            parse_reserve(&s(&["RESERVED", "7", "10", "20", "30"])).unwrap(),
+            GateReply::Reserved(Held {
+                customer_id: 7,
+                reserved_ms: 10,
+                expires_ms: 20,
+                discount: 30
+            })
+        ));
+        assert_eq!(
+            parse_reserve(&s(&["OUT_OF_STOCK", "", "0", "0", "0"])).unwrap(),
+            GateReply::OutOfStock
+        );
+        assert!(parse_reserve(&s(&["RESERVED"])).is_err());
+        assert!(parse_reserve(&s(&["WHAT", "", "0", "0", "0"])).is_err());
+    }
+}
