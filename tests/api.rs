@@ -3,6 +3,31 @@
 
 mod common;
 
+/// Each contract test runs twice: once on standard vouchers (Postgres decides) and once on
+/// flash-sale vouchers (the Redis gate decides, mode A writes the winners to Postgres).
+macro_rules! in_both_modes {
+    ($($name:ident),* $(,)?) => {
+        mod standard {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { super::$name(false).await })*
+        }
+        mod flash {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { super::$name(true).await })*
+        }
+    };
+}
+
+in_both_modes!(
+    two_hundred_concurrent_reserves_for_ten_uses,
+    two_thousand_mixed_reserves_with_retries_and_per_user_limit,
+    the_same_request_fifty_times_is_one_use_with_identical_answers,
+    eligibility_and_not_found_answers,
+    release_returns_the_use_and_confirm_and_release_are_idempotent,
+    a_reservation_past_expiry_but_not_swept_can_still_be_confirmed,
+    bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing,
+);
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -42,9 +67,8 @@ async fn fire(
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_hundred_concurrent_reserves_for_ten_uses() {
-    let app = Arc::new(TestApp::spawn().await);
+async fn two_hundred_concurrent_reserves_for_ten_uses(flash: bool) {
+    let app = Arc::new(TestApp::spawn_mode(flash).await);
     app.voucher("TEN", 10, json!({})).await;
     let requests = (1..=200).map(|i| (i, format!("order-{i}"))).collect();
     let answers = fire(&app, "TEN", requests).await;
@@ -74,9 +98,8 @@ async fn two_hundred_concurrent_reserves_for_ten_uses() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit() {
-    let app = Arc::new(TestApp::spawn().await);
+async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit(flash: bool) {
+    let app = Arc::new(TestApp::spawn_mode(flash).await);
     app.voucher("MIXED", 100, json!({"perUserLimit": 2})).await;
 
     // 1,500 first sends from 500 customers, then 500 re-sends of earlier orders, shuffled
@@ -128,9 +151,8 @@ async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit() {
     assert_eq!(app.view("MIXED").await["remaining"], 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_same_request_fifty_times_is_one_use_with_identical_answers() {
-    let app = Arc::new(TestApp::spawn().await);
+async fn the_same_request_fifty_times_is_one_use_with_identical_answers(flash: bool) {
+    let app = Arc::new(TestApp::spawn_mode(flash).await);
     app.voucher("SAME", 5, json!({})).await;
     let answers = fire(&app, "SAME", vec![(7, "order-7".to_owned()); 50]).await;
     assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
@@ -151,9 +173,8 @@ async fn the_same_request_fifty_times_is_one_use_with_identical_answers() {
     assert_eq!(app.counts("SAME").await.used_count, 1);
 }
 
-#[tokio::test]
-async fn eligibility_and_not_found_answers() {
-    let app = TestApp::spawn().await;
+async fn eligibility_and_not_found_answers(flash: bool) {
+    let app = TestApp::spawn_mode(flash).await;
     let now = chrono::Utc::now();
     app.voucher(
         "LATER",
@@ -234,9 +255,8 @@ async fn eligibility_and_not_found_answers() {
     );
 }
 
-#[tokio::test]
-async fn release_returns_the_use_and_confirm_and_release_are_idempotent() {
-    let app = TestApp::spawn().await;
+async fn release_returns_the_use_and_confirm_and_release_are_idempotent(flash: bool) {
+    let app = TestApp::spawn_mode(flash).await;
     app.voucher("ONE", 1, json!({})).await;
     assert_eq!(app.reserve("ONE", 1, "o1", 10).await.0, StatusCode::CREATED);
     let (status, body) = app.reserve("ONE", 1, "o2", 10).await;
@@ -328,9 +348,8 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent() {
     assert_eq!(reason, "CANCELLED");
 }
 
-#[tokio::test]
-async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed() {
-    let app = TestApp::spawn().await;
+async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed(flash: bool) {
+    let app = TestApp::spawn_mode(flash).await;
     app.voucher("SHORT", 2, json!({"reservationTtlSeconds": 1}))
         .await;
     let (status, body) = app.reserve("SHORT", 1, "o1", 10).await;
@@ -352,9 +371,8 @@ async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed() {
     assert_eq!(app.counts("SHORT").await.used_count, 1);
 }
 
-#[tokio::test]
-async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing() {
-    let app = TestApp::spawn().await;
+async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(flash: bool) {
+    let app = TestApp::spawn_mode(flash).await;
     app.voucher("GOOD", 5, json!({})).await;
     let before = app.snapshot().await;
 

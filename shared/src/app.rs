@@ -21,7 +21,7 @@ use crate::errors::{
     ConfirmError, CreateVoucherError, ReleaseError, ReserveError, StoreError, WarmupError,
 };
 use crate::gate::{Gate, GateReply, Held, OrderEntry, Removal};
-use crate::store::{Merge, MergeOutcome, Store};
+use crate::store::{Merge, MergeOutcome, Store, VoucherKind};
 
 /// How long a caller waits for another process to finish loading a voucher into the gate.
 const LOAD_WAIT: Duration = Duration::from_secs(2);
@@ -32,7 +32,7 @@ const LOAD_LOCK_TTL: Duration = Duration::from_secs(5);
 pub struct App {
     pub store: Store,
     pub gate: Arc<Gate>,
-    kinds: Arc<RwLock<HashMap<String, bool>>>,
+    kinds: Arc<RwLock<HashMap<String, VoucherKind>>>,
     sold_out: Arc<Mutex<HashMap<String, Instant>>>,
     sold_out_ttl: Duration,
     warmup_lead: Duration,
@@ -57,6 +57,7 @@ impl App {
                 &settings.redis_url,
                 settings.redis_cluster,
                 settings.redis_timeout,
+                &settings.redis_key_prefix,
             )?),
             kinds: Arc::default(),
             sold_out: Arc::default(),
@@ -90,28 +91,29 @@ impl App {
         Ok(view)
     }
 
-    /// Is this voucher decided by the gate? Cached for good: the flag never changes.
-    async fn is_flash(&self, code: &VoucherCode) -> Result<Option<bool>, StoreError> {
+    /// Is this voucher decided by the gate, and its per-user limit? Cached for good: neither
+    /// changes after creation, so only a process's first request for a code reads Postgres.
+    async fn kind(&self, code: &VoucherCode) -> Result<Option<VoucherKind>, StoreError> {
         // A std lock: held for one map access, never across an await.
-        if let Some(&flash) = self.kinds.read().unwrap().get(code.as_str()) {
-            return Ok(Some(flash));
+        if let Some(&kind) = self.kinds.read().unwrap().get(code.as_str()) {
+            return Ok(Some(kind));
         }
-        let found = self.store.is_flash(code).await?;
-        if let Some(flash) = found {
+        let found = self.store.kind(code).await?;
+        if let Some(kind) = found {
             self.kinds
                 .write()
                 .unwrap()
-                .insert(code.as_str().to_owned(), flash);
+                .insert(code.as_str().to_owned(), kind);
         }
         Ok(found)
     }
 
     pub async fn reserve(&self, r: &Reserve) -> Result<Reservation, ReserveError> {
         let now = domain::millis(Utc::now());
-        match self.is_flash(&r.code).await? {
+        match self.kind(&r.code).await? {
             None => Err(ReserveError::VoucherNotFound),
-            Some(false) => self.store.reserve(r, now).await,
-            Some(true) => self.reserve_flash(r, now).await,
+            Some(kind) if !kind.flash_sale => self.store.reserve(r, now).await,
+            Some(kind) => self.reserve_flash(r, kind, now).await,
         }
     }
 
@@ -135,11 +137,12 @@ impl App {
     async fn reserve_flash(
         &self,
         r: &Reserve,
+        kind: VoucherKind,
         now: DateTime<Utc>,
     ) -> Result<Reservation, ReserveError> {
         let order = r.order_id.as_str();
         if self.sold_out_recently(&r.code) {
-            return self.answer_sold_out(r).await;
+            return self.answer_sold_out(r, kind).await;
         }
         let now_ms = now.timestamp_millis();
         let ask = || {
@@ -168,20 +171,31 @@ impl App {
         }
     }
 
-    /// Sold out a moment ago: answer without the gate's script. One HGET still tells a
-    /// winner's retry apart, so that it gets its 201 again rather than OUT_OF_STOCK.
-    async fn answer_sold_out(&self, r: &Reserve) -> Result<Reservation, ReserveError> {
-        match self.gate.order(&r.code, r.order_id.as_str()).await {
-            Ok(Some(OrderEntry::Active(held))) if held.customer_id == r.customer_id => {
+    /// Sold out a moment ago: answer without the gate's script. Two HGETs in one round trip
+    /// still tell a winner's retry apart (it gets its 201 again, not OUT_OF_STOCK) and refuse in
+    /// the order the script would (per-user limit before stock), so answers do not depend on
+    /// which path took the request.
+    async fn answer_sold_out(
+        &self,
+        r: &Reserve,
+        kind: VoucherKind,
+    ) -> Result<Reservation, ReserveError> {
+        let seen = self
+            .gate
+            .order_and_uses(&r.code, r.order_id.as_str(), r.customer_id)
+            .await;
+        match seen {
+            Ok((Some(OrderEntry::Active(held)), _)) if held.customer_id == r.customer_id => {
                 self.settle(r, held, false).await
             }
-            Ok(Some(OrderEntry::Active(_))) => Err(ReserveError::OrderConflict),
-            Ok(Some(OrderEntry::Tombstone(Some(c)))) if c != r.customer_id => {
+            Ok((Some(OrderEntry::Active(_)), _)) => Err(ReserveError::OrderConflict),
+            Ok((Some(OrderEntry::Tombstone(Some(c))), _)) if c != r.customer_id => {
                 Err(ReserveError::OrderConflict)
             }
-            Ok(Some(OrderEntry::Tombstone(_))) => Err(ReserveError::Released),
-            // Redis down too: the voucher was sold out a moment ago, and nothing is written.
-            Ok(None) | Err(_) => Err(ReserveError::OutOfStock),
+            Ok((Some(OrderEntry::Tombstone(_)), _)) => Err(ReserveError::Released),
+            Ok((None, uses)) if uses >= kind.per_user_limit => Err(ReserveError::AlreadyUsed),
+            // Redis down as well: the voucher was sold out a moment ago and nothing is written.
+            Ok((None, _)) | Err(_) => Err(ReserveError::OutOfStock),
         }
     }
 
@@ -294,6 +308,8 @@ impl App {
             .release(code, order_id, ReleaseReason::Cancelled, Utc::now())
             .await?;
         if merged.flash_sale && merged.outcome == MergeOutcome::Applied {
+            // A use came back: this process stops answering OUT_OF_STOCK from memory.
+            self.sold_out.lock().unwrap().remove(code.as_str());
             let customer = merged.row.map(|r| r.customer_id);
             if let Err(e) = self
                 .gate
@@ -338,10 +354,10 @@ impl App {
     }
 
     async fn load(&self, code: &VoucherCode) -> Result<bool, WarmupError> {
-        match self.is_flash(code).await? {
+        match self.kind(code).await? {
             None => return Err(WarmupError::NotFound),
-            Some(false) => return Err(WarmupError::NotFlashSale),
-            Some(true) => {}
+            Some(kind) if !kind.flash_sale => return Err(WarmupError::NotFlashSale),
+            Some(_) => {}
         }
         let (meta, remaining, users) = self
             .store

@@ -26,6 +26,8 @@ pub struct Settings {
     pub database_timeout: Duration,
     /// `REDIS_URL` lists Redis Cluster seed nodes (comma-separated) instead of one server.
     pub redis_cluster: bool,
+    /// Prepended to every Redis key (several environments sharing one Redis).
+    pub redis_key_prefix: String,
     /// Bound on every Redis call: a dead Redis gives 503 within it.
     pub redis_timeout: Duration,
     /// How long the process answers OUT_OF_STOCK for a flash voucher without asking the gate.
@@ -61,6 +63,7 @@ impl Settings {
             database_pool_size: parse(&get, "DATABASE_POOL_SIZE", 16)?,
             database_timeout: Duration::from_millis(parse(&get, "DATABASE_TIMEOUT_MS", 2000)?),
             redis_cluster: parse(&get, "REDIS_CLUSTER", false)?,
+            redis_key_prefix: get("REDIS_KEY_PREFIX").unwrap_or_default(),
             redis_timeout: Duration::from_millis(parse(&get, "REDIS_TIMEOUT_MS", 500)?),
             sold_out_ttl: Duration::from_millis(parse(&get, "SOLD_OUT_CACHE_MS", 1000)?),
             warmup_lead: Duration::from_secs(parse(&get, "WARMUP_LEAD_SECONDS", 600)?),

@@ -73,6 +73,13 @@ impl<'a> Merge<'a> {
     }
 }
 
+/// The facts about a voucher that never change after creation, cached by each process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VoucherKind {
+    pub flash_sale: bool,
+    pub per_user_limit: i64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MergeOutcome {
     Applied,
@@ -458,17 +465,20 @@ impl Store {
         }
     }
 
-    /// Whether a voucher is a flash-sale one (None: no such voucher). Immutable once created.
-    pub async fn is_flash(&self, code: &VoucherCode) -> Result<Option<bool>, StoreError> {
+    /// How a voucher is decided (None: no such voucher). Immutable once created.
+    pub async fn kind(&self, code: &VoucherCode) -> Result<Option<VoucherKind>, StoreError> {
         let rows = self
             .client()
             .await?
             .query_typed(
-                "SELECT flash_sale FROM voucher WHERE code = $1",
+                "SELECT flash_sale, per_user_limit FROM voucher WHERE code = $1",
                 &[(&code.as_str(), Type::TEXT)],
             )
             .await?;
-        Ok(rows.first().map(|r| r.get(0)))
+        Ok(rows.first().map(|r| VoucherKind {
+            flash_sale: r.get(0),
+            per_user_limit: r.get::<_, i32>(1).into(),
+        }))
     }
 
     /// What the gate is loaded from, read in one snapshot: the voucher's facts, the uses left

@@ -18,7 +18,13 @@ pub fn postgres_base() -> String {
         .to_owned()
 }
 
+pub fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
 pub struct TestApp {
+    /// Vouchers created through [`TestApp::voucher`] are flash-sale ones.
+    pub flash: bool,
     pub addr: SocketAddr,
     pub base: String,
     pub http: reqwest::Client,
@@ -35,17 +41,30 @@ impl TestApp {
         Self::spawn_with(&[]).await
     }
 
-    /// Starts a server with extra environment settings on top of the test defaults.
+    /// A server whose test vouchers are flash-sale ones when `flash`.
+    pub async fn spawn_mode(flash: bool) -> TestApp {
+        let mut app = Self::spawn_with(&[]).await;
+        app.flash = flash;
+        app
+    }
+
+    /// Starts a server with extra environment settings on top of the test defaults. Redis
+    /// keys get this test's own prefix, so tests sharing one Redis never see each other.
     pub async fn spawn_with(vars: &[(&str, &str)]) -> TestApp {
         shared::telemetry::init_for_tests();
         let db_name = format!("fg_test_{}", uuid::Uuid::new_v4().simple());
         let url = format!("{}/{}", postgres_base(), db_name);
         let mut env: Vec<(String, String)> = vec![
+            ("REDIS_URL".into(), redis_url()),
+            ("REDIS_KEY_PREFIX".into(), format!("{db_name}:")),
             ("DATABASE_URL".into(), url.clone()),
             ("PORT".into(), "0".into()),
             // Thousands of requests queue for a handful of connections in the load tests.
             ("DATABASE_TIMEOUT_MS".into(), "30000".into()),
             ("DATABASE_POOL_SIZE".into(), "8".into()),
+            // A debug build serving 2,000 requests at once on 2 cores can starve the Redis
+            // driver task for longer than the production default; fault tests set their own.
+            ("REDIS_TIMEOUT_MS".into(), "5000".into()),
         ];
         env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let lookup = |k: &str| {
@@ -74,6 +93,7 @@ impl TestApp {
             .expect("connect test db");
         tokio::spawn(conn);
         TestApp {
+            flash: false,
             addr,
             base: format!("http://{addr}"),
             http: reqwest::Client::builder()
@@ -128,6 +148,7 @@ impl TestApp {
             "perUserLimit": 1,
             "startsAt": (now - chrono::Duration::minutes(5)).to_rfc3339(),
             "endsAt": (now + chrono::Duration::days(1)).to_rfc3339(),
+            "flashSale": self.flash,
         });
         for (k, v) in overrides.as_object().into_iter().flatten() {
             body[k] = v.clone();
@@ -157,6 +178,47 @@ impl TestApp {
         let (status, v) = self.json("GET", &format!("/vouchers/{code}"), None).await;
         assert_eq!(status, StatusCode::OK, "{v}");
         v
+    }
+
+    /// A connection to the Redis this test's server uses.
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// A Redis key of this test's voucher, e.g. `gate_key("TEN", "remaining")`.
+    pub fn gate_key(&self, code: &str, suffix: &str) -> String {
+        format!("{}:voucher:{{{code}}}:{suffix}", self.db_name)
+    }
+
+    /// Uses left according to the gate (None: not loaded).
+    pub async fn gate_remaining(&self, code: &str) -> Option<i64> {
+        let mut r = self.redis().await;
+        redis::cmd("GET")
+            .arg(self.gate_key(code, "remaining"))
+            .query_async(&mut r)
+            .await
+            .unwrap()
+    }
+
+    /// Deletes every gate key of this test: Redis "restarted empty" for this test alone.
+    pub async fn flush_gate(&self) {
+        let mut r = self.redis().await;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.db_name))
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        if !keys.is_empty() {
+            redis::cmd("DEL")
+                .arg(keys)
+                .query_async::<i64>(&mut r)
+                .await
+                .unwrap();
+        }
     }
 
     /// Every row of every table, as text: equal snapshots mean nothing was written.
@@ -218,5 +280,47 @@ impl Drop for TestApp {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
+    }
+}
+
+/// A TCP proxy in front of a real server, which a test can cut and restore: the dependency
+/// "goes down" (open connections are closed, new ones refused) for this test alone.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    up: tokio::sync::watch::Sender<bool>,
+}
+
+impl Proxy {
+    pub async fn start(target: &str) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (up, watch) = tokio::sync::watch::channel(true);
+        let target = target.to_owned();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if !*watch.borrow() {
+                    drop(inbound);
+                    continue;
+                }
+                let (target, mut watch) = (target.clone(), watch.clone());
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = watch.wait_for(|up| !*up) => {}
+                    }
+                });
+            }
+        });
+        Proxy { addr, up }
+    }
+
+    pub fn set_up(&self, up: bool) {
+        self.up.send_replace(up);
     }
 }

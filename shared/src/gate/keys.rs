@@ -1,5 +1,6 @@
 //! The one place Redis keys are built. Every key of a voucher carries the hash tag `{CODE}`,
-//! so that a Redis Cluster keeps them in one slot and a script may touch them all.
+//! so that a Redis Cluster keeps them in one slot and a script may touch them all. An optional
+//! prefix (`REDIS_KEY_PREFIX`) lets several environments, or tests, share one Redis.
 
 use crate::domain::VoucherCode;
 
@@ -15,8 +16,8 @@ pub struct Keys {
 }
 
 impl Keys {
-    pub fn new(code: &VoucherCode) -> Keys {
-        let key = |suffix: &str| format!("voucher:{{{}}}:{suffix}", code.as_str());
+    pub fn new(prefix: &str, code: &VoucherCode) -> Keys {
+        let key = |suffix: &str| format!("{prefix}voucher:{{{}}}:{suffix}", code.as_str());
         Keys {
             meta: key("meta"),
             remaining: key("remaining"),
@@ -34,7 +35,7 @@ mod tests {
 
     #[test]
     fn every_key_is_hash_tagged_with_the_upper_case_code() {
-        let k = Keys::new(&VoucherCode::parse("sale-1").unwrap());
+        let k = Keys::new("", &VoucherCode::parse("sale-1").unwrap());
         for key in [
             &k.meta,
             &k.remaining,
@@ -46,5 +47,7 @@ mod tests {
             assert!(key.starts_with("voucher:{SALE-1}:"), "{key}");
         }
         assert_eq!(k.remaining, "voucher:{SALE-1}:remaining");
+        let k = Keys::new("staging:", &VoucherCode::parse("sale-1").unwrap());
+        assert_eq!(k.users, "staging:voucher:{SALE-1}:users");
     }
 }

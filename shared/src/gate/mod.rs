@@ -125,6 +125,7 @@ impl ConnectionLike for Conn {
 }
 
 pub struct Gate {
+    prefix: String,
     single: Option<ConnectionManager>,
     cluster: Option<redis::cluster::ClusterClient>,
     /// The cluster connection is made on first use, and again after a failed attempt.
@@ -138,7 +139,12 @@ pub struct Gate {
 impl Gate {
     /// `url`: one Redis URL, or with `cluster` a comma-separated list of seed nodes.
     /// No connection is made here; the first call makes it.
-    pub fn new(url: &str, cluster: bool, timeout: Duration) -> Result<Gate, GateError> {
+    pub fn new(
+        url: &str,
+        cluster: bool,
+        timeout: Duration,
+        prefix: &str,
+    ) -> Result<Gate, GateError> {
         let (single, cluster) = if cluster {
             let nodes: Vec<&str> = url.split(',').map(str::trim).collect();
             let client = redis::cluster::ClusterClient::builder(nodes)
@@ -159,6 +165,7 @@ impl Gate {
             )
         };
         Ok(Gate {
+            prefix: prefix.to_owned(),
             single,
             cluster,
             cluster_conn: OnceCell::new(),
@@ -167,6 +174,10 @@ impl Gate {
             release: Script::new(include_str!("../../../lua/release.lua")),
             load: Script::new(include_str!("../../../lua/load.lua")),
         })
+    }
+
+    pub fn keys(&self, code: &VoucherCode) -> Keys {
+        Keys::new(&self.prefix, code)
     }
 
     async fn conn(&self) -> Result<Conn, GateError> {
@@ -201,7 +212,7 @@ impl Gate {
         order_amount: i64,
         now_ms: i64,
     ) -> Result<GateReply, GateError> {
-        let k = Keys::new(code);
+        let k = self.keys(code);
         let reply: Vec<String> = self
             .bounded(|mut c| async move {
                 self.reserve
@@ -228,7 +239,7 @@ impl Gate {
         how: Removal,
         customer_id: Option<i64>,
     ) -> Result<Removed, GateError> {
-        let k = Keys::new(code);
+        let k = self.keys(code);
         let (give_back, tombstone) = match how {
             Removal::Release => ("1", "1"),
             Removal::Revoke => ("0", "1"),
@@ -258,28 +269,34 @@ impl Gate {
         }
     }
 
-    /// The order's entry, with one HGET (the sold-out short cut's replay check).
-    pub async fn order(
+    /// The order's entry and the customer's active uses, in one round trip and without the
+    /// script (the sold-out short cut's check for a winner's retry).
+    pub async fn order_and_uses(
         &self,
         code: &VoucherCode,
         order_id: &str,
-    ) -> Result<Option<OrderEntry>, GateError> {
-        let k = Keys::new(code);
-        let raw: Option<String> = self
+        customer_id: i64,
+    ) -> Result<(Option<OrderEntry>, i64), GateError> {
+        let k = self.keys(code);
+        let (raw, uses): (Option<String>, Option<i64>) = self
             .bounded(|mut c| async move {
-                redis::cmd("HGET")
+                redis::pipe()
+                    .cmd("HGET")
                     .arg(&k.orders)
                     .arg(order_id)
+                    .cmd("HGET")
+                    .arg(&k.users)
+                    .arg(customer_id)
                     .query_async(&mut c)
                     .await
             })
             .await?;
-        raw.map(|r| parse_entry(&r)).transpose()
+        Ok((raw.map(|r| parse_entry(&r)).transpose()?, uses.unwrap_or(0)))
     }
 
     /// The order was written to Postgres: it is no longer pending.
     pub async fn settled(&self, code: &VoucherCode, order_id: &str) -> Result<(), GateError> {
-        let k = Keys::new(code);
+        let k = self.keys(code);
         self.bounded(|mut c| async move {
             redis::cmd("ZREM")
                 .arg(&k.pending)
@@ -299,7 +316,7 @@ impl Gate {
         remaining: i64,
         users: &[(i64, i32)],
     ) -> Result<bool, GateError> {
-        let k = Keys::new(code);
+        let k = self.keys(code);
         let loaded: i64 = self
             .bounded(|mut c| async move {
                 let mut inv = self.load.key(&k.meta);
@@ -322,7 +339,7 @@ impl Gate {
     }
 
     pub async fn is_loaded(&self, code: &VoucherCode) -> Result<bool, GateError> {
-        let k = Keys::new(code);
+        let k = self.keys(code);
         self.bounded(|mut c| async move {
             redis::cmd("EXISTS")
                 .arg(&k.meta)
@@ -339,7 +356,7 @@ impl Gate {
         token: &str,
         ttl: Duration,
     ) -> Result<bool, GateError> {
-        let k = Keys::new(code);
+        let k = self.keys(code);
         let set: Option<String> = self
             .bounded(|mut c| async move {
                 redis::cmd("SET")
@@ -356,7 +373,7 @@ impl Gate {
     }
 
     pub async fn unlock_loading(&self, code: &VoucherCode) -> Result<(), GateError> {
-        let k = Keys::new(code);
+        let k = self.keys(code);
         self.bounded(|mut c| async move {
             redis::cmd("DEL")
                 .arg(&k.loading)
@@ -369,7 +386,7 @@ impl Gate {
 
     /// Uses left according to the gate (None: not loaded).
     pub async fn remaining(&self, code: &VoucherCode) -> Result<Option<i64>, GateError> {
-        let k = Keys::new(code);
+        let k = self.keys(code);
         self.bounded(|mut c| async move {
             redis::cmd("GET")
                 .arg(&k.remaining)
