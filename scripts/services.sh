@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the services Flashgate needs answer on their default local ports:
 # Postgres on 127.0.0.1:5432 (user postgres, no password) and Redis on 127.0.0.1:6379.
+# With the argument `cluster` it also starts a 3-node Redis Cluster on 127.0.0.1:7101-7103
+# (for the tests that check cluster behaviour) from the same redis-server binary.
 #
 # For each one, in order: use it if it already answers; else start the locally installed
 # server; else install it with apt (when root); else `docker compose up -d` with the
@@ -103,5 +105,43 @@ ensure_redis() {
   return 1
 }
 
+# --- Redis Cluster (tests) ----------------------------------------------------------------
+CLUSTER_PORTS="7101 7102 7103"
+cluster_ok() { redis-cli -p 7101 cluster info 2>/dev/null | grep -q 'cluster_state:ok'; }
+
+ensure_redis_cluster() {
+  if cluster_ok; then log "Redis Cluster answers on 7101-7103"; return 0; fi
+  have redis-server || apt_install redis-server redis-tools || { log "no redis-server for the cluster"; return 1; }
+  have redis-cli || apt_install redis-tools
+  local p
+  for p in $CLUSTER_PORTS; do
+    if ! port_open "$p"; then
+      mkdir -p "/tmp/flashgate-cluster/$p"
+      rm -f "/tmp/flashgate-cluster/$p/nodes.conf"
+      redis-server --daemonize yes --bind 127.0.0.1 --port "$p" --cluster-enabled yes \
+        --cluster-config-file nodes.conf --dir "/tmp/flashgate-cluster/$p" --save "" \
+        --appendonly no --logfile "/tmp/flashgate-cluster/$p/redis.log"
+    fi
+  done
+  for p in $CLUSTER_PORTS; do wait_port "$p" "Redis Cluster node"; done
+  # Nodes left from an earlier run with another topology: start them afresh.
+  for p in $CLUSTER_PORTS; do
+    redis-cli -p "$p" flushall >/dev/null 2>&1 || true
+    redis-cli -p "$p" cluster reset hard >/dev/null 2>&1 || true
+  done
+  log "creating the Redis Cluster"
+  redis-cli --cluster create 127.0.0.1:7101 127.0.0.1:7102 127.0.0.1:7103 \
+    --cluster-replicas 0 --cluster-yes >/dev/null
+  for _ in $(seq 1 60); do
+    cluster_ok && { log "Redis Cluster is up"; return 0; }
+    sleep 0.5
+  done
+  log "Redis Cluster did not become ready"
+  return 1
+}
+
 ensure_postgres
 ensure_redis
+if [ "${1:-}" = cluster ]; then
+  ensure_redis_cluster
+fi

@@ -1,10 +1,11 @@
 //! `flashgate`: the local server and the operator's command line (DESIGN section 10).
 //!
 //! `serve` runs the whole HTTP API, the same router the Lambda functions mount; `migrate`
-//! applies the schema and exits.
+//! applies the schema and exits; `warmup CODE` loads a flash-sale voucher into Redis.
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use shared::domain::VoucherCode;
 use shared::{server, telemetry, App, Settings};
 
 #[derive(Parser)]
@@ -28,6 +29,11 @@ enum Command {
     },
     /// Create the database if missing, apply pending migrations and exit.
     Migrate,
+    /// Load a flash-sale voucher into Redis from Postgres (before its sale starts).
+    Warmup {
+        /// Voucher code (case-insensitive).
+        code: String,
+    },
 }
 
 #[tokio::main]
@@ -40,6 +46,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Migrate => {
             app.prepare_database().await.context("migrate")?;
             tracing::info!("database is up to date");
+        }
+        Command::Warmup { code } => {
+            let code = VoucherCode::parse(&code)?;
+            let warmed = app.warmup(&code).await.context("warm-up")?;
+            println!("{}", serde_json::to_string(&warmed)?);
         }
         Command::Serve { host } => {
             app.prepare_database()

@@ -33,6 +33,10 @@ pub struct TestApp {
     /// Direct connection to this test's database, for checks the API does not expose.
     pub db: tokio_postgres::Client,
     pub db_name: String,
+    /// Present when spawned with `("PG_PROXY", "1")`: the server reaches Postgres through it.
+    pub pg_proxy: Option<Proxy>,
+    /// Present when spawned with `("REDIS_PROXY", "1")`: the server reaches Redis through it.
+    pub redis_proxy: Option<Proxy>,
     shutdown: Option<oneshot::Sender<()>>,
 }
 
@@ -67,6 +71,26 @@ impl TestApp {
             ("REDIS_TIMEOUT_MS".into(), "5000".into()),
         ];
         env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let wants = |name: &str| vars.iter().any(|(k, v)| *k == name && *v == "1");
+        let pg_proxy = if wants("PG_PROXY") {
+            let proxy = Proxy::start("127.0.0.1:5432").await;
+            let proxied = format!("postgres://postgres@{}/{}", proxy.addr, db_name);
+            env.push(("DATABASE_URL".into(), proxied));
+            Some(proxy)
+        } else {
+            None
+        };
+        let redis_proxy = if wants("REDIS_PROXY") {
+            let target = redis_url()
+                .trim_start_matches("redis://")
+                .trim_end_matches('/')
+                .to_owned();
+            let proxy = Proxy::start(&target).await;
+            env.push(("REDIS_URL".into(), format!("redis://{}", proxy.addr)));
+            Some(proxy)
+        } else {
+            None
+        };
         let lookup = |k: &str| {
             env.iter()
                 .rev()
@@ -104,6 +128,8 @@ impl TestApp {
             settings,
             db,
             db_name,
+            pg_proxy,
+            redis_proxy,
             shutdown: Some(tx),
         }
     }

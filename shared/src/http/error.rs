@@ -76,6 +76,13 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
         }
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body was never read: the connection cannot carry another request,
+            // so say so rather than let the client reuse it and fail.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         response
             .extensions_mut()
             .insert(Outcome(self.reason.unwrap_or(self.code)));

@@ -1,0 +1,517 @@
+//! Flash-sale mode: the Redis gate's scripts, a real Redis Cluster, warm-up, the sold-out
+//! short cut, and the faults of DESIGN section 8 (Redis down, Postgres down, Redis emptied
+//! mid-sale). Real Redis and Postgres throughout; faults are made with a TCP proxy that each
+//! test cuts for itself.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use common::{redis_url, TestApp};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use shared::domain::VoucherCode;
+use shared::gate::{Gate, GateReply, Held, Meta, Removal, Removed};
+
+/// Seed nodes of the 3-node cluster `scripts/services.sh cluster` starts.
+fn cluster_url() -> String {
+    std::env::var("TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
+        "redis://127.0.0.1:7101,redis://127.0.0.1:7102,redis://127.0.0.1:7103".to_owned()
+    })
+}
+
+fn error_of(body: &str) -> String {
+    serde_json::from_str::<Value>(body).unwrap()["error"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+async fn every_script_outcome(gate: Gate) {
+    let code = VoucherCode::parse(&format!(
+        "G{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    ))
+    .unwrap();
+    let now = Utc::now().timestamp_millis();
+    let meta = Meta {
+        discount: 500,
+        min_order: 100,
+        starts_ms: now - 3_600_000,
+        ends_ms: now + 3_600_000,
+        per_user: 1,
+        ttl_ms: 60_000,
+    };
+    let reserve = |c: i64, o: &'static str, amount: i64, at: i64| {
+        let (gate, code) = (&gate, &code);
+        async move { gate.reserve(code, c, o, amount, at).await.unwrap() }
+    };
+
+    assert_eq!(reserve(1, "o1", 100, now).await, GateReply::NotLoaded);
+    assert!(gate.load(&code, &meta, 2, &[]).await.unwrap());
+    assert!(
+        !gate.load(&code, &meta, 99, &[]).await.unwrap(),
+        "loads only once"
+    );
+    assert_eq!(gate.remaining(&code).await.unwrap(), Some(2));
+
+    let held = Held {
+        customer_id: 1,
+        reserved_ms: now,
+        expires_ms: now + 60_000,
+        discount: 500,
+    };
+    assert_eq!(reserve(1, "o1", 100, now).await, GateReply::Reserved(held));
+    assert_eq!(
+        reserve(1, "o1", 100, now + 5).await,
+        GateReply::Duplicate(held),
+        "a retry keeps its first expiry"
+    );
+    assert_eq!(reserve(2, "o1", 100, now).await, GateReply::OrderConflict);
+    assert_eq!(reserve(1, "o2", 100, now).await, GateReply::AlreadyUsed);
+    assert_eq!(reserve(2, "o2", 99, now).await, GateReply::MinOrderAmount);
+    assert_eq!(
+        reserve(2, "o2", 100, meta.starts_ms - 1).await,
+        GateReply::NotStarted
+    );
+    assert_eq!(
+        reserve(2, "o2", 100, meta.ends_ms).await,
+        GateReply::Expired
+    );
+    assert!(matches!(
+        reserve(2, "o3", 100, now).await,
+        GateReply::Reserved(_)
+    ));
+    assert_eq!(reserve(3, "o4", 100, now).await, GateReply::OutOfStock);
+    assert_eq!(gate.remaining(&code).await.unwrap(), Some(0));
+
+    // Release: the use returns once, a tombstone stays, the orderId is spent.
+    assert_eq!(
+        gate.remove(&code, "o1", Removal::Release, None)
+            .await
+            .unwrap(),
+        Removed::Released
+    );
+    assert_eq!(
+        gate.remove(&code, "o1", Removal::Release, None)
+            .await
+            .unwrap(),
+        Removed::Already
+    );
+    assert_eq!(gate.remaining(&code).await.unwrap(), Some(1));
+    assert_eq!(reserve(1, "o1", 100, now).await, GateReply::Released);
+    assert_eq!(reserve(9, "o1", 100, now).await, GateReply::OrderConflict);
+    // The customer's count went back with the release: a new orderId works.
+    assert!(matches!(
+        reserve(1, "o5", 100, now).await,
+        GateReply::Reserved(_)
+    ));
+
+    // Revoke: tombstone, and the use does not come back.
+    assert_eq!(
+        gate.remove(&code, "o5", Removal::Revoke, None)
+            .await
+            .unwrap(),
+        Removed::Released
+    );
+    assert_eq!(gate.remaining(&code).await.unwrap(), Some(0));
+    assert_eq!(reserve(1, "o5", 100, now).await, GateReply::Released);
+
+    // Forget (undo): the use returns and the same orderId may reserve afresh.
+    let forget = Removal::Forget { give_back: true };
+    assert_eq!(
+        gate.remove(&code, "o3", forget, None).await.unwrap(),
+        Removed::Released
+    );
+    assert_eq!(gate.remaining(&code).await.unwrap(), Some(1));
+    assert!(matches!(
+        reserve(2, "o3", 100, now).await,
+        GateReply::Reserved(_)
+    ));
+
+    // Releasing an order the gate never saw leaves a tombstone that blocks a late reserve.
+    assert_eq!(
+        gate.remove(&code, "zz", Removal::Release, Some(5))
+            .await
+            .unwrap(),
+        Removed::Unknown
+    );
+    assert_eq!(reserve(5, "zz", 100, now).await, GateReply::Released);
+    assert_eq!(reserve(6, "zz", 100, now).await, GateReply::OrderConflict);
+    assert_eq!(gate.remaining(&code).await.unwrap(), Some(0));
+
+    // Pending until Postgres has the row.
+    let (entry, uses) = gate.order_and_uses(&code, "o3", 2).await.unwrap();
+    assert!(entry.is_some());
+    assert_eq!(uses, 1);
+    gate.settled(&code, "o3").await.unwrap();
+}
+
+#[tokio::test]
+async fn gate_scripts_answer_every_outcome_on_one_redis() {
+    let gate = Gate::new(&redis_url(), false, Duration::from_secs(2), "fg_test_gate:").unwrap();
+    every_script_outcome(gate).await;
+}
+
+#[tokio::test]
+async fn gate_scripts_answer_every_outcome_on_a_redis_cluster() {
+    let gate = Gate::new(
+        &cluster_url(),
+        true,
+        Duration::from_secs(2),
+        "fg_test_gate:",
+    )
+    .unwrap();
+    every_script_outcome(gate).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reserve_and_release_over_http_on_a_redis_cluster() {
+    let url = cluster_url();
+    let app =
+        Arc::new(TestApp::spawn_with(&[("REDIS_CLUSTER", "true"), ("REDIS_URL", &url)]).await);
+    app.voucher("CLUSTERED", 10, json!({"flashSale": true}))
+        .await;
+    let tasks: Vec<_> = (1..=60)
+        .map(|i| {
+            let app = app.clone();
+            tokio::spawn(async move { app.reserve("CLUSTERED", i, &format!("o{i}"), 10).await })
+        })
+        .collect();
+    let mut created = 0;
+    for t in tasks {
+        let (status, body) = t.await.unwrap();
+        match status {
+            StatusCode::CREATED => created += 1,
+            StatusCode::CONFLICT => assert_eq!(error_of(&body), "OUT_OF_STOCK"),
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert_eq!(created, 10);
+    // Release one winner and take its use again.
+    let (_, r) = app.json("GET", "/vouchers/CLUSTERED", None).await;
+    assert_eq!(r["usedCount"], 10);
+    let won: i64 = app
+        .db
+        .query_one(
+            "SELECT customer_id FROM redemption WHERE status = 1 LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let (status, _) = app
+        .call(
+            "DELETE",
+            &format!("/vouchers/CLUSTERED/reservations/o{won}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.reserve("CLUSTERED", 1000, "late", 10).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(app.counts("CLUSTERED").await.used_count, 10);
+}
+
+#[tokio::test]
+async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
+    let app = TestApp::spawn_with(&[("REDIS_PROXY", "1"), ("REDIS_TIMEOUT_MS", "500")]).await;
+    app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
+    app.voucher("PLAIN", 5, json!({})).await;
+    assert_eq!(
+        app.reserve("FLASHY", 1, "o1", 10).await.0,
+        StatusCode::CREATED
+    );
+
+    app.redis_proxy.as_ref().unwrap().set_up(false);
+    let started = Instant::now();
+    let resp = app
+        .http
+        .post(app.url("/vouchers/FLASHY/reservations"))
+        .body(r#"{"customerId":2,"orderId":"o2","orderAmount":10}"#)
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    assert_eq!(error_of(&resp.text().await.unwrap()), "UNAVAILABLE");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+
+    assert_eq!(
+        app.reserve("PLAIN", 2, "o2", 10).await.0,
+        StatusCode::CREATED
+    );
+    let (status, health) = app.json("GET", "/health", None).await;
+    assert_eq!(
+        (status, health["redis"].as_str()),
+        (StatusCode::OK, Some("down"))
+    );
+    assert_eq!(app.counts("FLASHY").await.used_count, 1);
+}
+
+#[tokio::test]
+async fn a_redis_that_never_answers_times_out_within_a_second() {
+    // Accepts connections and never replies: the worst kind of dead.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("redis://{}", silent.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let app = TestApp::spawn_with(&[]).await;
+    app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
+    // A second server on the same database whose Redis is the silent one.
+    let settings = shared::Settings::from_lookup(|k| match k {
+        "DATABASE_URL" => Some(format!("{}/{}", common::postgres_base(), app.db_name)),
+        "REDIS_URL" => Some(silent_url.clone()),
+        "REDIS_TIMEOUT_MS" => Some("500".into()),
+        _ => None,
+    })
+    .unwrap();
+    let other = shared::App::new(&settings).unwrap();
+    let (listener, addr) = shared::server::bind("127.0.0.1", 0).await.unwrap();
+    tokio::spawn(shared::server::serve(
+        listener,
+        other,
+        std::future::pending(),
+    ));
+    let started = Instant::now();
+    let resp = app
+        .http
+        .post(format!("http://{addr}/vouchers/FLASHY/reservations"))
+        .body(r#"{"customerId":2,"orderId":"o2","orderAmount":10}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn postgres_down_in_mode_a_answers_503_and_gives_the_use_back() {
+    let app = TestApp::spawn_with(&[("PG_PROXY", "1"), ("DATABASE_TIMEOUT_MS", "1000")]).await;
+    app.voucher("PGDOWN", 5, json!({"flashSale": true})).await;
+    let (status, first) = app.reserve("PGDOWN", 1, "o1", 10).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(app.gate_remaining("PGDOWN").await, Some(4));
+
+    app.pg_proxy.as_ref().unwrap().set_up(false);
+    let (status, body) = app.reserve("PGDOWN", 2, "o2", 10).await;
+    assert_eq!(
+        (status, error_of(&body).as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
+    );
+    assert_eq!(
+        app.gate_remaining("PGDOWN").await,
+        Some(4),
+        "the use went back to the gate"
+    );
+    let (status, _) = app.json("GET", "/health", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+
+    app.pg_proxy.as_ref().unwrap().set_up(true);
+    // The client's retry with the same orderId goes through, and the first order replays.
+    assert_eq!(
+        app.reserve("PGDOWN", 2, "o2", 10).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        app.reserve("PGDOWN", 1, "o1", 10).await,
+        (StatusCode::CREATED, first)
+    );
+    assert_eq!(app.gate_remaining("PGDOWN").await, Some(3));
+    let counts = app.counts("PGDOWN").await;
+    assert_eq!((counts.used_count, counts.active_rows), (2, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_emptied_mid_sale_never_over_allocates() {
+    let app = Arc::new(TestApp::spawn_mode(true).await);
+    app.voucher("FLUSHED", 300, json!({})).await;
+    let wave = |from: i64| {
+        let app = app.clone();
+        async move {
+            let tasks: Vec<_> = (from..from + 500)
+                .map(|i| {
+                    let app = app.clone();
+                    tokio::spawn(
+                        async move { app.reserve("FLUSHED", i, &format!("o{i}"), 10).await.0 },
+                    )
+                })
+                .collect();
+            let mut created = 0;
+            for t in tasks {
+                let status = t.await.unwrap();
+                assert!(
+                    [
+                        StatusCode::CREATED,
+                        StatusCode::CONFLICT,
+                        StatusCode::SERVICE_UNAVAILABLE
+                    ]
+                    .contains(&status),
+                    "{status}"
+                );
+                created += (status == StatusCode::CREATED) as i64;
+            }
+            created
+        }
+    };
+    let mut created = wave(1).await;
+    app.flush_gate().await;
+    // Empty it again while the next wave is in flight.
+    let flusher = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            app.flush_gate().await;
+        })
+    };
+    created += wave(1000).await;
+    flusher.await.unwrap();
+    created += wave(2000).await;
+
+    let counts = app.counts("FLUSHED").await;
+    assert_eq!(counts.used_count, 300, "{counts:?}");
+    assert_eq!(counts.active_rows, 300);
+    assert_eq!(created, 300, "every 201 is a use Postgres holds");
+}
+
+#[tokio::test]
+async fn sold_out_short_cut_answers_without_redis_but_replays_winners() {
+    let app = TestApp::spawn_with(&[
+        ("REDIS_PROXY", "1"),
+        ("SOLD_OUT_CACHE_MS", "1500"),
+        ("REDIS_TIMEOUT_MS", "500"),
+    ])
+    .await;
+    app.voucher("GONE", 1, json!({"flashSale": true})).await;
+    let first = app.reserve("GONE", 1, "o1", 10).await;
+    assert_eq!(first.0, StatusCode::CREATED);
+    let (status, body) = app.reserve("GONE", 2, "o2", 10).await;
+    assert_eq!(
+        (status, error_of(&body).as_str()),
+        (StatusCode::CONFLICT, "OUT_OF_STOCK")
+    );
+
+    // Inside the window a winner's retry still gets its own 201, byte for byte.
+    assert_eq!(app.reserve("GONE", 1, "o1", 10).await, first);
+    // And with Redis gone, the process still answers OUT_OF_STOCK itself.
+    app.redis_proxy.as_ref().unwrap().set_up(false);
+    let (status, body) = app.reserve("GONE", 3, "o3", 10).await;
+    assert_eq!(
+        (status, error_of(&body).as_str()),
+        (StatusCode::CONFLICT, "OUT_OF_STOCK")
+    );
+
+    // After the window, the gate is asked again (and is down).
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(
+        app.reserve("GONE", 4, "o4", 10).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    app.redis_proxy.as_ref().unwrap().set_up(true);
+    assert_eq!(app.counts("GONE").await.used_count, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn warm_up_loads_what_postgres_has_left_never_the_total() {
+    let app = Arc::new(TestApp::spawn().await);
+    let later = Utc::now() + chrono::Duration::hours(2);
+    app.voucher(
+        "LATER",
+        10,
+        json!({"flashSale": true, "startsAt": later.to_rfc3339(),
+                                   "endsAt": (later + chrono::Duration::hours(1)).to_rfc3339()}),
+    )
+    .await;
+    assert_eq!(
+        app.gate_remaining("LATER").await,
+        None,
+        "a sale hours away is not loaded at creation"
+    );
+    let (status, body) = app.json("POST", "/vouchers/later/warmup", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        json!({"code": "LATER", "loadedNow": true, "remaining": 10})
+    );
+    let (_, body) = app.json("POST", "/vouchers/LATER/warmup", None).await;
+    assert_eq!(body["loadedNow"], false);
+
+    app.voucher("PLAIN", 10, json!({})).await;
+    let (status, body) = app.json("POST", "/vouchers/PLAIN/warmup", None).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("INVALID_REQUEST"))
+    );
+    let (status, body) = app.json("POST", "/vouchers/NOPE/warmup", None).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("VOUCHER_NOT_FOUND"))
+    );
+
+    // A sale under way: 3 uses taken, Redis emptied, then loaded again from Postgres.
+    app.voucher("NOW", 10, json!({"flashSale": true, "perUserLimit": 2}))
+        .await;
+    assert_eq!(
+        app.gate_remaining("NOW").await,
+        Some(10),
+        "a sale starting now is loaded at creation"
+    );
+    for (c, o) in [(1, "a"), (1, "b"), (2, "c")] {
+        assert_eq!(app.reserve("NOW", c, o, 10).await.0, StatusCode::CREATED);
+    }
+    app.flush_gate().await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flashgate"))
+        .args(["warmup", "now"])
+        .env(
+            "DATABASE_URL",
+            format!("{}/{}", common::postgres_base(), app.db_name),
+        )
+        .env("REDIS_URL", redis_url())
+        .env("REDIS_KEY_PREFIX", format!("{}:", app.db_name))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["remaining"], 7);
+    assert_eq!(app.gate_remaining("NOW").await, Some(7));
+    // Per-customer counts came back too: customer 1 is at its limit of 2.
+    let (status, body) = app.reserve("NOW", 1, "d", 10).await;
+    assert_eq!(
+        (status, error_of(&body).as_str()),
+        (StatusCode::CONFLICT, "ALREADY_USED")
+    );
+
+    // Lazily, under the lock: many callers at once find it unloaded, one loads.
+    app.flush_gate().await;
+    let tasks: Vec<_> = (10..60)
+        .map(|i| {
+            let app = app.clone();
+            tokio::spawn(async move { app.reserve("NOW", i, &format!("lazy{i}"), 10).await.0 })
+        })
+        .collect();
+    let mut created = 0;
+    for t in tasks {
+        created += (t.await.unwrap() == StatusCode::CREATED) as i32;
+    }
+    assert_eq!(created, 7);
+    assert_eq!(app.counts("NOW").await.used_count, 10);
+    assert_eq!(app.gate_remaining("NOW").await, Some(0));
+}
