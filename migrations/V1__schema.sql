@@ -20,11 +20,16 @@ CREATE TABLE voucher (
     CONSTRAINT voucher_window_ordered CHECK (ends_at > starts_at)
 );
 
+-- No foreign keys to voucher, on purpose: a foreign-key check takes a KEY SHARE lock on the
+-- voucher row, and with every reserve also updating that row, each transaction would turn the
+-- hot row's lock into a MultiXact. Vouchers are never deleted, and fg_merge checks the voucher
+-- exists before it writes, so the keys would guard nothing.
+
 -- Active (RESERVED + CONFIRMED) uses per customer. A counter rather than
 -- UNIQUE (voucher_code, customer_id): that constraint would block a customer forever after a
 -- release, and is wrong for per_user_limit > 1.
 CREATE TABLE voucher_customer (
-    voucher_code  TEXT   NOT NULL REFERENCES voucher (code),
+    voucher_code  TEXT   NOT NULL,
     customer_id   BIGINT NOT NULL CHECK (customer_id >= 1),
     active        INT    NOT NULL CHECK (active >= 0),
     PRIMARY KEY (voucher_code, customer_id)
@@ -32,7 +37,7 @@ CREATE TABLE voucher_customer (
 
 -- One row per (voucher, order): the reservation. status: 1 RESERVED, 2 CONFIRMED, 3 RELEASED.
 CREATE TABLE redemption (
-    voucher_code     TEXT        NOT NULL REFERENCES voucher (code),
+    voucher_code     TEXT        NOT NULL,
     order_id         TEXT        NOT NULL CHECK (order_id ~ '^[A-Za-z0-9_.:-]{1,64}$'),
     customer_id      BIGINT      NOT NULL CHECK (customer_id >= 1),
     status           SMALLINT    NOT NULL CHECK (status IN (1, 2, 3)),
@@ -96,6 +101,9 @@ DECLARE
 BEGIN
     IF p_status NOT IN (1, 2, 3) THEN
         RAISE EXCEPTION 'fg_merge: bad status %', p_status;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM voucher v WHERE v.code = p_code) THEN
+        RAISE EXCEPTION 'fg_merge: unknown voucher %', p_code USING ERRCODE = 'FG404';
     END IF;
 
     LOOP

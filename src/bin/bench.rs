@@ -1,16 +1,20 @@
-//! `bench`: reserve on one hot voucher, at a fixed concurrency, strategy against strategy, in
-//! one process and one run (a closed model: C workers, each sends its next request when the
-//! previous one is answered). It calls the reservation code directly, without HTTP, so the
-//! figures compare the decision paths themselves; `GET /health/live` through HTTP is the job
-//! of the flash-sale simulator.
+//! `bench`: reserve on one hot voucher, strategy against strategy, in one process and one run.
+//!
+//! A closed model at a fixed concurrency: C workers, each sends its next request when the
+//! previous one is answered. It calls the service's own reserve (`App::reserve`, the code the
+//! HTTP handler runs) without HTTP, so the figures compare the decision paths themselves; the
+//! HTTP stack's ceiling is measured by the flash-sale simulator.
+//!
+//! Each strategy gets a fresh voucher with `--limit` uses and runs two phases:
+//! - `sale`: `--limit` requests from distinct customers, every one of which should win;
+//! - `sold out`: `--sold-out` more requests, every one of which should be refused.
 //!
 //! Strategies:
-//! - `standard`: Flashgate's standard mode (`fg_reserve`, one round trip, conditional update);
+//! - `standard`: a standard voucher, decided by Postgres (`fg_reserve`);
+//! - `flash`: a flash-sale voucher, decided by the Redis gate, winners merged into Postgres
+//!   (mode A), losers answered by the sold-out short cut once the gate said OUT_OF_STOCK;
 //! - `naive`: the article's check-then-act (read `used_count`, insert, write back `used + 1`),
 //!   which over-allocates under concurrency; it is here to show that it does.
-//!
-//! Each strategy gets its own voucher with `--limit` uses and `--requests` requests from
-//! distinct customers, so the run covers the contended phase and then the sold-out phase.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,19 +26,18 @@ use clap::Parser;
 use hdrhistogram::Histogram;
 use shared::domain::{NewVoucher, OrderId, Reserve, VoucherCode};
 use shared::errors::ReserveError;
-use shared::store::Store;
-use shared::Settings;
+use shared::{App, Settings};
 use tokio_postgres::types::Type;
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Reserve throughput and latency on one hot voucher, strategy against strategy")]
 struct Args {
-    /// Requests per strategy.
-    #[arg(long, default_value_t = 20_000)]
-    requests: usize,
-    /// Uses of each voucher.
+    /// Uses of each voucher, and requests in the sale phase.
     #[arg(long, default_value_t = 5_000)]
-    limit: i32,
+    limit: usize,
+    /// Requests in the sold-out phase.
+    #[arg(long, default_value_t = 50_000)]
+    sold_out: usize,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
@@ -42,15 +45,26 @@ struct Args {
     #[arg(long, default_value_t = 16)]
     pool: usize,
     /// Strategies to run, in order.
-    #[arg(long, value_delimiter = ',', default_value = "standard,naive")]
+    #[arg(long, value_delimiter = ',', default_value = "standard,flash,naive")]
     strategies: Vec<String>,
     /// Postgres server (a fresh database is created on it and dropped afterwards).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
     postgres: String,
+    /// Redis (keys go under a prefix of their own and are deleted afterwards).
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
 }
 
-#[derive(Default)]
-struct Tally {
+/// What one request did.
+enum Answer {
+    Granted,
+    Refused,
+    Error,
+}
+
+struct Phase {
+    elapsed: Duration,
+    hist: Histogram<u64>,
     granted: usize,
     refused: usize,
     errors: usize,
@@ -61,117 +75,133 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let db = format!("fg_bench_{}", std::process::id());
     let url = format!("{}/{}", args.postgres.trim_end_matches('/'), db);
-    let pool = args.pool.to_string();
-    let settings = Settings::from_lookup(|k| match k {
-        "DATABASE_URL" => Some(url.clone()),
-        "DATABASE_POOL_SIZE" => Some(pool.clone()),
-        "DATABASE_TIMEOUT_MS" => Some("30000".into()),
-        _ => None,
+    let env = [
+        ("DATABASE_URL", url.clone()),
+        ("DATABASE_POOL_SIZE", args.pool.to_string()),
+        ("DATABASE_TIMEOUT_MS", "30000".into()),
+        ("REDIS_URL", args.redis.clone()),
+        ("REDIS_KEY_PREFIX", format!("{db}:")),
+        ("REDIS_TIMEOUT_MS", "5000".into()),
+    ];
+    let settings = Settings::from_lookup(|k| {
+        env.iter()
+            .find(|(name, _)| *name == k)
+            .map(|(_, v)| v.clone())
     })?;
-    let store = Store::connect(&settings)?;
-    store.ensure_database().await?;
-    store.migrate().await?;
+    let app = App::new(&settings)?;
+    app.prepare_database().await?;
     let (raw, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
 
     println!(
-        "one hot voucher, {} uses, {} requests from distinct customers, concurrency {}, {} Postgres connections, {} cores\n",
+        "one hot voucher with {} uses: a sale phase of {} requests and a sold-out phase of {}, \
+         from distinct customers; concurrency {}, {} Postgres connections, {} cores, release build\n",
         args.limit,
-        args.requests,
+        args.limit,
+        args.sold_out,
         args.concurrency,
         args.pool,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    println!("| strategy | req/s | p50 ms | p99 ms | max ms | granted | limit | over-allocated |");
-    println!("|---|---|---|---|---|---|---|---|");
-    let mut failed = false;
+    println!("| strategy | phase | requests | req/s | p50 ms | p99 ms | max ms | granted | refused | errors |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut failures = Vec::new();
     for strategy in &args.strategies {
         let code = VoucherCode::parse(&format!("BENCH-{}", strategy.to_uppercase()))?;
-        store
-            .create_voucher(&NewVoucher {
-                code: code.clone(),
-                discount_amount: 100_000,
-                min_order_amount: 0,
-                total_limit: args.limit,
-                per_user_limit: 1,
-                starts_at: Utc::now() - chrono::Duration::minutes(1),
-                ends_at: Utc::now() + chrono::Duration::hours(1),
-                flash_sale: false,
-                reservation_ttl_seconds: 900,
-            })
-            .await?;
-        let (elapsed, hist, tally) = match strategy.as_str() {
-            "standard" => run(&args, &store, &code, standard).await,
-            "naive" => run(&args, &store, &code, naive).await,
-            other => anyhow::bail!("unknown strategy {other:?}"),
-        };
-        let granted: i64 = raw
+        app.create_voucher(&NewVoucher {
+            code: code.clone(),
+            discount_amount: 100_000,
+            min_order_amount: 0,
+            total_limit: args.limit as i32,
+            per_user_limit: 1,
+            starts_at: Utc::now() - chrono::Duration::minutes(1),
+            ends_at: Utc::now() + chrono::Duration::hours(1),
+            flash_sale: strategy == "flash",
+            reservation_ttl_seconds: 900,
+        })
+        .await?;
+        let phases = [
+            ("sale", 0, args.limit),
+            ("sold out", args.limit, args.limit + args.sold_out),
+        ];
+        for (name, from, to) in phases {
+            let p = match strategy.as_str() {
+                "standard" | "flash" => run(&args, &app, &code, from, to, via_app).await,
+                "naive" => run(&args, &app, &code, from, to, naive).await,
+                other => anyhow::bail!("unknown strategy {other:?}"),
+            };
+            println!(
+                "| {strategy} | {name} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+                to - from,
+                (to - from) as f64 / p.elapsed.as_secs_f64(),
+                p.hist.value_at_quantile(0.5) as f64 / 1000.0,
+                p.hist.value_at_quantile(0.99) as f64 / 1000.0,
+                p.hist.max() as f64 / 1000.0,
+                p.granted,
+                p.refused,
+                p.errors,
+            );
+        }
+        let held: i64 = raw
             .query_one(
                 "SELECT count(*) FROM redemption WHERE voucher_code = $1 AND status IN (1, 2)",
                 &[&code.as_str()],
             )
             .await?
             .get(0);
-        let over = granted - args.limit as i64;
-        println!(
-            "| {strategy} | {:.0} | {:.2} | {:.2} | {:.2} | {granted} | {} | {} |",
-            args.requests as f64 / elapsed.as_secs_f64(),
-            hist.value_at_quantile(0.5) as f64 / 1000.0,
-            hist.value_at_quantile(0.99) as f64 / 1000.0,
-            hist.max() as f64 / 1000.0,
-            args.limit,
-            over.max(0),
-        );
-        if tally.errors > 0 {
-            eprintln!("{strategy}: {} requests failed", tally.errors);
+        let verdict = if held == args.limit as i64 {
+            format!("allocated exactly {held}")
+        } else if held > args.limit as i64 {
+            format!(
+                "OVER-ALLOCATED: {held} uses held for {} ({} too many)",
+                args.limit,
+                held - args.limit as i64
+            )
+        } else {
+            format!("under-allocated: {held} uses held for {}", args.limit)
+        };
+        println!("|  | {strategy}: {verdict} | | | | | | | | |");
+        if strategy != "naive" && held != args.limit as i64 {
+            failures.push(format!("{strategy}: {verdict}"));
         }
-        let exact = granted == (args.limit as i64).min(args.requests as i64);
-        if strategy == "standard" && !exact {
-            eprintln!(
-                "standard mode allocated {granted}, expected exactly {}",
-                args.limit
-            );
-            failed = true;
-        }
-        debug_assert!(tally.granted + tally.refused + tally.errors == args.requests);
     }
-    drop(store);
-    raw.batch_execute("SELECT 1").await?;
-    let (admin, conn) = tokio_postgres::connect(
-        &format!("{}/postgres", args.postgres.trim_end_matches('/')),
-        tokio_postgres::NoTls,
-    )
-    .await?;
-    tokio::spawn(conn);
-    drop(raw);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let _ = admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
-        .await;
-    if failed {
-        anyhow::bail!("allocation was not exact");
+    cleanup(&args, &db).await;
+    if !failures.is_empty() {
+        anyhow::bail!("allocation was not exact: {failures:?}");
     }
     Ok(())
 }
 
-/// What one request did: granted a use, was refused, or failed.
-enum Answer {
-    Granted,
-    Refused,
-    Error,
+async fn cleanup(args: &Args, db: &str) {
+    if let Ok(client) = redis::Client::open(args.redis.as_str()) {
+        if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{db}:*"))
+                .query_async(&mut c)
+                .await
+                .unwrap_or_default();
+            if !keys.is_empty() {
+                let _ = redis::cmd("DEL").arg(keys).query_async::<i64>(&mut c).await;
+            }
+        }
+    }
+    let admin = format!("{}/postgres", args.postgres.trim_end_matches('/'));
+    if let Ok((client, conn)) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await {
+        tokio::spawn(conn);
+        let _ = client
+            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
+            .await;
+    }
 }
 
-async fn standard(store: Store, code: VoucherCode, i: usize) -> Answer {
+async fn via_app(app: App, code: VoucherCode, i: usize) -> Answer {
     let req = Reserve {
         code,
         order_id: OrderId::parse(&format!("o-{i}")).unwrap(),
         customer_id: i as i64 + 1,
         order_amount: 500_000,
     };
-    match store
-        .reserve(&req, shared::domain::millis(Utc::now()))
-        .await
-    {
+    match app.reserve(&req).await {
         Ok(_) => Answer::Granted,
         Err(ReserveError::OutOfStock | ReserveError::AlreadyUsed) => Answer::Refused,
         Err(_) => Answer::Error,
@@ -179,9 +209,9 @@ async fn standard(store: Store, code: VoucherCode, i: usize) -> Answer {
 }
 
 /// The article's naive version: check, then act, in separate statements.
-async fn naive(store: Store, code: VoucherCode, i: usize) -> Answer {
+async fn naive(app: App, code: VoucherCode, i: usize) -> Answer {
     let result = async {
-        let client = store.raw_client().await?;
+        let client = app.store.raw_client().await?;
         let row = client
             .query_typed(
                 "SELECT used_count, total_limit, discount_amount FROM voucher WHERE code = $1",
@@ -230,34 +260,36 @@ async fn naive(store: Store, code: VoucherCode, i: usize) -> Answer {
 
 async fn run<F, Fut>(
     args: &Args,
-    store: &Store,
+    app: &App,
     code: &VoucherCode,
+    from: usize,
+    to: usize,
     op: F,
-) -> (Duration, Histogram<u64>, Tally)
+) -> Phase
 where
-    F: Fn(Store, VoucherCode, usize) -> Fut + Copy + Send + 'static,
+    F: Fn(App, VoucherCode, usize) -> Fut + Copy + Send + 'static,
     Fut: std::future::Future<Output = Answer> + Send,
 {
-    let next = Arc::new(AtomicUsize::new(0));
+    let next = Arc::new(AtomicUsize::new(from));
     let started = Instant::now();
     let workers: Vec<_> = (0..args.concurrency)
         .map(|_| {
-            let (next, store, code, total) =
-                (next.clone(), store.clone(), code.clone(), args.requests);
+            let (next, app, code) = (next.clone(), app.clone(), code.clone());
             tokio::spawn(async move {
                 let mut hist = Histogram::<u64>::new(3).unwrap();
-                let mut tally = Tally::default();
+                let mut tally = [0usize; 3];
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= total {
+                    if i >= to {
                         break;
                     }
                     let t = Instant::now();
-                    match op(store.clone(), code.clone(), i).await {
-                        Answer::Granted => tally.granted += 1,
-                        Answer::Refused => tally.refused += 1,
-                        Answer::Error => tally.errors += 1,
-                    }
+                    let slot = match op(app.clone(), code.clone(), i).await {
+                        Answer::Granted => 0,
+                        Answer::Refused => 1,
+                        Answer::Error => 2,
+                    };
+                    tally[slot] += 1;
                     hist.record(t.elapsed().as_micros() as u64).unwrap();
                 }
                 (hist, tally)
@@ -265,13 +297,19 @@ where
         })
         .collect();
     let mut hist = Histogram::<u64>::new(3).unwrap();
-    let mut tally = Tally::default();
+    let mut tally = [0usize; 3];
     for w in workers {
         let (h, t) = w.await.unwrap();
         hist.add(h).unwrap();
-        tally.granted += t.granted;
-        tally.refused += t.refused;
-        tally.errors += t.errors;
+        for (sum, n) in tally.iter_mut().zip(t) {
+            *sum += n;
+        }
     }
-    (started.elapsed(), hist, tally)
+    Phase {
+        elapsed: started.elapsed(),
+        hist,
+        granted: tally[0],
+        refused: tally[1],
+        errors: tally[2],
+    }
 }
