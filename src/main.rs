@@ -1,7 +1,8 @@
 //! `flashgate`: the local server and the operator's command line (DESIGN section 10).
 //!
 //! `serve` runs the whole HTTP API, the same router the Lambda functions mount; `migrate`
-//! applies the schema and exits; `warmup CODE` loads a flash-sale voucher into Redis.
+//! applies the schema and exits; `sweep` runs the sweeper once; `warmup CODE` loads a flash-sale
+//! voucher into Redis.
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Command {
     },
     /// Create the database if missing, apply pending migrations and exit.
     Migrate,
+    /// Run one sweep (expiry, orphan recovery, reconciliation, warm-up) and exit.
+    Sweep,
     /// Load a flash-sale voucher into Redis from Postgres (before its sale starts).
     Warmup {
         /// Voucher code (case-insensitive).
@@ -47,6 +50,10 @@ async fn main() -> anyhow::Result<()> {
             app.prepare_database().await.context("migrate")?;
             tracing::info!("database is up to date");
         }
+        Command::Sweep => {
+            let report = app.sweep().await.context("sweep")?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
         Command::Warmup { code } => {
             let code = VoucherCode::parse(&code)?;
             let warmed = app.warmup(&code).await.context("warm-up")?;
@@ -60,11 +67,25 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("bind {host}:{}", settings.port))?;
             tracing::info!(%addr, url = %format!("http://{addr}"), "listening");
+            // What Lambda gets from its schedule, the local server does on an interval.
+            let sweeper = tokio::spawn(sweep_every(app.clone(), settings.sweep_interval));
             server::serve(listener, app, shutdown_signal()).await?;
+            sweeper.abort();
             tracing::info!("stopped");
         }
     }
     Ok(())
+}
+
+async fn sweep_every(app: App, interval: std::time::Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = app.sweep().await {
+            tracing::error!(error = %e, "sweep failed");
+        }
+    }
 }
 
 /// Ctrl-C or SIGTERM.

@@ -22,6 +22,7 @@ use crate::errors::{
 };
 use crate::gate::{Gate, GateReply, Held, OrderEntry, Removal};
 use crate::store::{Merge, MergeOutcome, Store, VoucherKind};
+use crate::sweeper::{self, SweepError, SweepOptions, SweepReport};
 
 /// How long a caller waits for another process to finish loading a voucher into the gate.
 const LOAD_WAIT: Duration = Duration::from_secs(2);
@@ -36,6 +37,7 @@ pub struct App {
     sold_out: Arc<Mutex<HashMap<String, Instant>>>,
     sold_out_ttl: Duration,
     warmup_lead: Duration,
+    orphan_grace: Duration,
 }
 
 /// What a warm-up found or did.
@@ -63,6 +65,7 @@ impl App {
             sold_out: Arc::default(),
             sold_out_ttl: settings.sold_out_ttl,
             warmup_lead: settings.warmup_lead,
+            orphan_grace: settings.orphan_grace,
         })
     }
 
@@ -71,6 +74,18 @@ impl App {
     pub async fn prepare_database(&self) -> Result<(), StoreError> {
         self.store.ensure_database().await?;
         self.store.migrate().await
+    }
+
+    /// One run of the sweeper (expiry, orphans, reconciliation, warm-up).
+    pub async fn sweep(&self) -> Result<SweepReport, SweepError> {
+        sweeper::sweep(
+            self,
+            SweepOptions {
+                orphan_grace: self.orphan_grace,
+                warmup_lead: self.warmup_lead,
+            },
+        )
+        .await
     }
 
     /// True when Redis answers PING within the gate's timeout.

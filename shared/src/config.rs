@@ -34,6 +34,8 @@ pub struct Settings {
     pub sold_out_ttl: Duration,
     /// A flash voucher whose sale starts within this lead is loaded into Redis at creation.
     pub warmup_lead: Duration,
+    /// An order pending in the gate this long past its TTL, with no Postgres row, is an orphan.
+    pub orphan_grace: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +69,7 @@ impl Settings {
             redis_timeout: Duration::from_millis(parse(&get, "REDIS_TIMEOUT_MS", 500)?),
             sold_out_ttl: Duration::from_millis(parse(&get, "SOLD_OUT_CACHE_MS", 1000)?),
             warmup_lead: Duration::from_secs(parse(&get, "WARMUP_LEAD_SECONDS", 600)?),
+            orphan_grace: Duration::from_secs(parse(&get, "ORPHAN_GRACE_SECONDS", 60)?),
         })
     }
 

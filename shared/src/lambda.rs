@@ -1,11 +1,34 @@
-//! What every HTTP Lambda function does: read settings, build the clients once, serve its
-//! family of routes from the shared router through `lambda_http`.
+//! What each Lambda function does: read settings, build the clients once, and hand requests or
+//! events to the shared code. The binaries in `functions/` are one call into here.
 
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use lambda_runtime::{service_fn, LambdaEvent};
+
+use crate::sweeper::SweepReport;
 use crate::{app::App, config::Settings, http, telemetry};
 
-pub async fn run(routes: http::Routes) -> Result<(), lambda_http::Error> {
+fn app() -> Result<App, lambda_runtime::Error> {
     telemetry::init();
     let settings = Settings::from_env()?;
-    let app = App::new(&settings)?;
-    lambda_http::run(http::router(app, routes)).await
+    Ok(App::new(&settings)?)
+}
+
+/// An HTTP function: its family of routes of the shared router, through `lambda_http`.
+pub async fn run(routes: http::Routes) -> Result<(), lambda_http::Error> {
+    lambda_http::run(http::router(app()?, routes)).await
+}
+
+/// The sweeper function: one sweep per scheduled event.
+pub async fn run_sweeper() -> Result<(), lambda_runtime::Error> {
+    let app = app()?;
+    let app = &app;
+    lambda_runtime::run(service_fn(move |event| sweep_handler(app, event))).await
+}
+
+/// Handles one EventBridge scheduled event (its content is not needed).
+pub async fn sweep_handler(
+    app: &App,
+    _event: LambdaEvent<EventBridgeEvent<serde_json::Value>>,
+) -> Result<SweepReport, lambda_runtime::Error> {
+    Ok(app.sweep().await?)
 }

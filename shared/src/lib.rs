@@ -12,6 +12,9 @@
 //!   the single mapping from errors to HTTP.
 //! - [`app`]: the clients built once per process and borrowed by every handler.
 //! - [`config`]: settings from the environment; [`telemetry`]: JSON logs.
+//! - [`gate`]: the Redis gate of flash-sale vouchers (Lua scripts in `lua/`, keys in
+//!   `gate::keys`).
+//! - [`sweeper`]: the scheduled sweep: expiry, orphan recovery, reconciliation, warm-up.
 //! - [`server`]: the local server (the `flashgate serve` command); [`lambda`]: the entry point
 //!   every Lambda function calls with its route family.
 
@@ -24,6 +27,7 @@ pub mod http;
 pub mod lambda;
 pub mod server;
 pub mod store;
+pub mod sweeper;
 pub mod telemetry;
 
 pub use app::App;

@@ -465,6 +465,19 @@ impl Store {
         }
     }
 
+    /// `total_limit - used_count`: what a gate should hold when nothing is in flight.
+    pub async fn expected_remaining(&self, code: &VoucherCode) -> Result<Option<i64>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT total_limit - used_count FROM voucher WHERE code = $1",
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await?;
+        Ok(rows.first().map(|r| r.get::<_, i32>(0).into()))
+    }
+
     /// How a voucher is decided (None: no such voucher). Immutable once created.
     pub async fn kind(&self, code: &VoucherCode) -> Result<Option<VoucherKind>, StoreError> {
         let rows = self

@@ -134,6 +134,7 @@ pub struct Gate {
     reserve: Script,
     release: Script,
     load: Script,
+    repair: Script,
 }
 
 impl Gate {
@@ -173,6 +174,7 @@ impl Gate {
             reserve: Script::new(include_str!("../../../lua/reserve.lua")),
             release: Script::new(include_str!("../../../lua/release.lua")),
             load: Script::new(include_str!("../../../lua/load.lua")),
+            repair: Script::new(include_str!("../../../lua/repair.lua")),
         })
     }
 
@@ -292,6 +294,61 @@ impl Gate {
             })
             .await?;
         Ok((raw.map(|r| parse_entry(&r)).transpose()?, uses.unwrap_or(0)))
+    }
+
+    /// The order's entry in the `orders` hash.
+    pub async fn order(
+        &self,
+        code: &VoucherCode,
+        order_id: &str,
+    ) -> Result<Option<OrderEntry>, GateError> {
+        let k = self.keys(code);
+        let raw: Option<String> = self
+            .bounded(|mut c| async move {
+                redis::cmd("HGET")
+                    .arg(&k.orders)
+                    .arg(order_id)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        raw.map(|r| parse_entry(&r)).transpose()
+    }
+
+    /// Orders reserved in the gate that Postgres may not have yet, with their reserve time (ms).
+    pub async fn pending(&self, code: &VoucherCode) -> Result<Vec<(String, i64)>, GateError> {
+        let k = self.keys(code);
+        self.bounded(|mut c| async move {
+            redis::cmd("ZRANGE")
+                .arg(&k.pending)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async::<Vec<(String, i64)>>(&mut c)
+                .await
+        })
+        .await
+    }
+
+    /// Sets `remaining` to `to` only if it still reads `from` (the reconciler's repair).
+    pub async fn repair_remaining(
+        &self,
+        code: &VoucherCode,
+        from: i64,
+        to: i64,
+    ) -> Result<bool, GateError> {
+        let k = self.keys(code);
+        let done: i64 = self
+            .bounded(|mut c| async move {
+                self.repair
+                    .key(&k.remaining)
+                    .arg(from)
+                    .arg(to)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(done == 1)
     }
 
     /// The order was written to Postgres: it is no longer pending.

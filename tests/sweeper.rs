@@ -1,0 +1,306 @@
+//! The sweeper (DESIGN section 7) on real Postgres and Redis: expiry in both modes, two sweeps
+//! at once, orphan recovery, drift repair, a large backlog in bounded batches, and the Lambda
+//! entry with an EventBridge fixture.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use common::TestApp;
+use reqwest::StatusCode;
+use serde_json::json;
+use shared::domain::{OrderId, Reserve, Status, VoucherCode};
+use shared::gate::GateReply;
+use shared::store::{Merge, MergeOutcome};
+
+fn code(s: &str) -> VoucherCode {
+    VoucherCode::parse(s).unwrap()
+}
+
+async fn expired_uses_come_back(flash: bool) {
+    let app = TestApp::spawn_mode(flash).await;
+    app.voucher("BRIEF", 3, json!({"reservationTtlSeconds": 1}))
+        .await;
+    for i in 1..=3 {
+        assert_eq!(
+            app.reserve("BRIEF", i, &format!("o{i}"), 10).await.0,
+            StatusCode::CREATED
+        );
+    }
+    assert_eq!(app.view("BRIEF").await["remaining"], 0);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let report = app.app.sweep().await.unwrap();
+    assert_eq!(report.expired, 3);
+    let view = app.view("BRIEF").await;
+    assert_eq!(
+        (view["remaining"].as_i64(), view["reservedCount"].as_i64()),
+        (Some(3), Some(0))
+    );
+    if flash {
+        assert_eq!(app.gate_remaining("BRIEF").await, Some(3));
+    }
+    let (_, r) = app
+        .json("GET", "/vouchers/BRIEF/reservations/o1", None)
+        .await;
+    assert_eq!(r["status"], "RELEASED");
+    // The same customers come back with new orderIds.
+    for i in 1..=3 {
+        assert_eq!(
+            app.reserve("BRIEF", i, &format!("again{i}"), 10).await.0,
+            StatusCode::CREATED
+        );
+    }
+    assert_eq!(
+        app.app.sweep().await.unwrap().expired,
+        0,
+        "nothing else is due"
+    );
+}
+
+#[tokio::test]
+async fn expired_standard_reservations_come_back() {
+    expired_uses_come_back(false).await;
+}
+
+#[tokio::test]
+async fn expired_flash_reservations_come_back_to_the_gate_too() {
+    expired_uses_come_back(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_sweeps_at_once_release_each_of_5000_once() {
+    let app = Arc::new(TestApp::spawn_mode(true).await);
+    app.voucher(
+        "MANY",
+        5000,
+        json!({"reservationTtlSeconds": 1, "perUserLimit": 5000}),
+    )
+    .await;
+    let next = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let workers: Vec<_> = (0..32)
+        .map(|_| {
+            let (app, next) = (app.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= 5000 {
+                        return;
+                    }
+                    let r = Reserve {
+                        code: code("MANY"),
+                        order_id: OrderId::parse(&format!("o{i}")).unwrap(),
+                        customer_id: 1 + i % 700,
+                        order_amount: 10,
+                    };
+                    app.app.reserve(&r).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(app.counts("MANY").await.used_count, 5000);
+    assert_eq!(app.gate_remaining("MANY").await, Some(0));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let (a, b) = tokio::join!(app.app.sweep(), app.app.sweep());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.expired + b.expired, 5000, "{a:?} {b:?}");
+    let counts = app.counts("MANY").await;
+    assert_eq!(
+        (
+            counts.used_count,
+            counts.active_rows,
+            counts.customer_counter_sum
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(app.gate_remaining("MANY").await, Some(5000));
+    let released: i64 = app
+        .db
+        .query_one(
+            "SELECT count(*) FROM redemption WHERE status = 3 AND release_reason = 'EXPIRED'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(released, 5000);
+}
+
+#[tokio::test]
+async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
+    let app = TestApp::spawn_with(&[("ORPHAN_GRACE_SECONDS", "0")]).await;
+    let mut app = app;
+    app.flash = true;
+    app.voucher("ORPH", 5, json!({"reservationTtlSeconds": 1}))
+        .await;
+    let gate = &app.app.gate;
+    // The gate granted two uses, then the process "crashed" before Postgres: one long ago,
+    // one just now (still in flight, not an orphan yet).
+    let old = Utc::now().timestamp_millis() - 10_000;
+    let GateReply::Reserved(held) = gate
+        .reserve(&code("ORPH"), 7, "lost", 10, old)
+        .await
+        .unwrap()
+    else {
+        panic!("gate refused");
+    };
+    let now = Utc::now().timestamp_millis();
+    assert!(matches!(
+        gate.reserve(&code("ORPH"), 8, "young", 10, now)
+            .await
+            .unwrap(),
+        GateReply::Reserved(_)
+    ));
+    assert_eq!(app.gate_remaining("ORPH").await, Some(3));
+
+    let report = app.app.sweep().await.unwrap();
+    assert_eq!(report.orphans_recovered, 1);
+    assert_eq!(
+        app.gate_remaining("ORPH").await,
+        Some(4),
+        "the orphan's use is back; the young one is held"
+    );
+    let (_, r) = app
+        .json("GET", "/vouchers/ORPH/reservations/lost", None)
+        .await;
+    assert_eq!(r["status"], "RELEASED");
+
+    // The event for it arrives late: it merges into nothing.
+    let late = app
+        .app
+        .store
+        .merge(&Merge {
+            code: "ORPH",
+            order_id: "lost",
+            customer_id: Some(7),
+            status: Status::Reserved,
+            order_amount: Some(10),
+            discount_amount: Some(held.discount),
+            reserved_at: chrono::DateTime::from_timestamp_millis(held.reserved_ms),
+            expires_at: chrono::DateTime::from_timestamp_millis(held.expires_ms),
+            reason: None,
+            now: Utc::now(),
+            revoke: true,
+        })
+        .await
+        .unwrap();
+    assert_eq!(late.outcome, MergeOutcome::Unchanged);
+    assert_eq!(app.counts("ORPH").await.used_count, 0);
+    let (status, _) = app.reserve("ORPH", 7, "lost", 10).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn drift_in_the_gate_is_reported_and_repaired_when_nothing_is_in_flight() {
+    let app = TestApp::spawn_mode(true).await;
+    app.voucher("DRIFT", 10, json!({})).await;
+    for i in 1..=2 {
+        assert_eq!(
+            app.reserve("DRIFT", i, &format!("o{i}"), 10).await.0,
+            StatusCode::CREATED
+        );
+    }
+    // Let the pending marks clear (they are cleared off the request path).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut r = app.redis().await;
+    let _: () = redis::cmd("SET")
+        .arg(app.gate_key("DRIFT", "remaining"))
+        .arg(5)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+
+    let report = app.app.sweep().await.unwrap();
+    assert_eq!(
+        (report.drift_found, report.drift_repaired),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!(app.gate_remaining("DRIFT").await, Some(8));
+    let report = app.app.sweep().await.unwrap();
+    assert_eq!(report.drift_found, 0, "repaired for good");
+
+    // With an order in flight (in the gate, not yet in Postgres) drift is reported, not touched.
+    let now = Utc::now().timestamp_millis();
+    app.app
+        .gate
+        .reserve(&code("DRIFT"), 50, "flying", 10, now)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(app.gate_key("DRIFT", "remaining"))
+        .arg(3)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let report = app.app.sweep().await.unwrap();
+    assert_eq!(
+        (report.drift_found, report.drift_repaired),
+        (1, 0),
+        "{report:?}"
+    );
+    assert_eq!(app.gate_remaining("DRIFT").await, Some(3));
+}
+
+#[tokio::test]
+async fn a_backlog_of_100000_expired_is_swept_in_bounded_batches() {
+    let app = TestApp::spawn().await;
+    app.voucher("BULK", 100_000, json!({"perUserLimit": 1}))
+        .await;
+    app.db
+        .batch_execute(
+            "INSERT INTO redemption (voucher_code, order_id, customer_id, status, order_amount,
+                                     discount_amount, reserved_at, expires_at)
+             SELECT 'BULK', 'o' || g, g, 1, 100, 1, now() - interval '1 hour', now() - interval '30 minutes'
+               FROM generate_series(1, 100000) g;
+             INSERT INTO voucher_customer SELECT 'BULK', g, 1 FROM generate_series(1, 100000) g;
+             UPDATE voucher SET used_count = 100000 WHERE code = 'BULK';",
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let report = app.app.sweep().await.unwrap();
+    let took = started.elapsed();
+    println!(
+        "swept {} expired reservations in {:.1} s ({:.0}/s, batches of {})",
+        report.expired,
+        took.as_secs_f64(),
+        report.expired as f64 / took.as_secs_f64(),
+        shared::sweeper::EXPIRE_BATCH
+    );
+    assert_eq!(report.expired, 100_000);
+    let counts = app.counts("BULK").await;
+    assert_eq!(
+        (
+            counts.used_count,
+            counts.active_rows,
+            counts.customer_counter_sum
+        ),
+        (0, 0, 0)
+    );
+}
+
+#[tokio::test]
+async fn the_sweeper_function_handles_an_eventbridge_schedule() {
+    let app = TestApp::spawn().await;
+    app.voucher("LAMBDA", 2, json!({"reservationTtlSeconds": 1}))
+        .await;
+    assert_eq!(
+        app.reserve("LAMBDA", 1, "o1", 10).await.0,
+        StatusCode::CREATED
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let event = serde_json::from_str(include_str!("fixtures/eventbridge-schedule.json")).unwrap();
+    let event = lambda_runtime::LambdaEvent::new(event, lambda_runtime::Context::default());
+    let report = shared::lambda::sweep_handler(&app.app, event)
+        .await
+        .unwrap();
+    assert_eq!(report.expired, 1);
+    assert_eq!(app.view("LAMBDA").await["remaining"], 2);
+}
