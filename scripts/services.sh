@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure the services Flashgate needs answer on their default local ports:
 # Postgres on 127.0.0.1:5432 (user postgres, no password) and Redis on 127.0.0.1:6379.
-# With the argument `cluster` it also starts a 3-node Redis Cluster on 127.0.0.1:7101-7103
-# (for the tests that check cluster behaviour) from the same redis-server binary.
+# Arguments add what the tests need besides: `cluster` a 3-node Redis Cluster on
+# 127.0.0.1:7101-7103 (from the same redis-server binary), `sqs` a local SQS endpoint on
+# 127.0.0.1:9324 (the moto server, from PyPI, in a virtualenv under .flashgate/).
 #
 # For each one, in order: use it if it already answers; else start the locally installed
 # server; else install it with apt (when root); else `docker compose up -d` with the
@@ -140,8 +141,33 @@ ensure_redis_cluster() {
   return 1
 }
 
+# --- Local SQS (moto server) --------------------------------------------------------------
+SQS_PORT=9324
+VENV=.flashgate/venv
+
+ensure_sqs() {
+  if port_open "$SQS_PORT"; then log "SQS endpoint answers on $SQS_PORT"; return 0; fi
+  if [ ! -x "$VENV/bin/moto_server" ]; then
+    have python3 || apt_install python3
+    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+      rm -rf "$VENV"
+      apt_install python3-venv python3-pip && python3 -m venv "$VENV"
+    fi
+    log "installing moto[server] into $VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "moto[server]"
+  fi
+  log "starting moto_server on $SQS_PORT"
+  mkdir -p .flashgate
+  nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$SQS_PORT" >.flashgate/moto.log 2>&1 &
+  wait_port "$SQS_PORT" "moto_server"
+}
+
 ensure_postgres
 ensure_redis
-if [ "${1:-}" = cluster ]; then
-  ensure_redis_cluster
-fi
+for extra in "$@"; do
+  case "$extra" in
+    cluster) ensure_redis_cluster ;;
+    sqs) ensure_sqs ;;
+    *) log "unknown argument $extra"; exit 2 ;;
+  esac
+done

@@ -67,25 +67,17 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("bind {host}:{}", settings.port))?;
             tracing::info!(%addr, url = %format!("http://{addr}"), "listening");
-            // What Lambda gets from its schedule, the local server does on an interval.
-            let sweeper = tokio::spawn(sweep_every(app.clone(), settings.sweep_interval));
-            server::serve(listener, app, shutdown_signal()).await?;
-            sweeper.abort();
+            server::serve(
+                listener,
+                app,
+                server::Background::from_settings(&settings),
+                shutdown_signal(),
+            )
+            .await?;
             tracing::info!("stopped");
         }
     }
     Ok(())
-}
-
-async fn sweep_every(app: App, interval: std::time::Duration) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if let Err(e) = app.sweep().await {
-            tracing::error!(error = %e, "sweep failed");
-        }
-    }
 }
 
 /// Ctrl-C or SIGTERM.

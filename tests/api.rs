@@ -793,6 +793,7 @@ async fn health_reports_its_dependencies() {
     tokio::spawn(shared::server::serve(
         listener,
         dead,
+        shared::server::Background::NONE,
         std::future::pending(),
     ));
     let started = std::time::Instant::now();

@@ -280,6 +280,7 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
     tokio::spawn(shared::server::serve(
         listener,
         other,
+        shared::server::Background::NONE,
         std::future::pending(),
     ));
     let started = Instant::now();

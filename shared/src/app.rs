@@ -20,8 +20,10 @@ use crate::domain::{
 use crate::errors::{
     ConfirmError, CreateVoucherError, ReleaseError, ReserveError, StoreError, WarmupError,
 };
+use crate::events::{Events, ReservedEvent};
+use crate::gate::GateError;
 use crate::gate::{Gate, GateReply, Held, OrderEntry, Removal};
-use crate::store::{Merge, MergeOutcome, Store, VoucherKind};
+use crate::store::{Merge, MergeOutcome, Merged, Store, VoucherKind};
 use crate::sweeper::{self, SweepError, SweepOptions, SweepReport};
 
 /// How long a caller waits for another process to finish loading a voucher into the gate.
@@ -38,6 +40,8 @@ pub struct App {
     sold_out_ttl: Duration,
     warmup_lead: Duration,
     orphan_grace: Duration,
+    /// Set: consistency mode B (winners go to the queue, the consumer writes Postgres).
+    pub events: Option<Arc<Events>>,
 }
 
 /// What a warm-up found or did.
@@ -66,6 +70,14 @@ impl App {
             sold_out_ttl: settings.sold_out_ttl,
             warmup_lead: settings.warmup_lead,
             orphan_grace: settings.orphan_grace,
+            events: settings.events_queue_url.as_deref().map(|url| {
+                Arc::new(Events::new(
+                    url,
+                    settings.sqs_endpoint_url.clone(),
+                    settings.aws_region.clone(),
+                    settings.events_timeout,
+                ))
+            }),
         })
     }
 
@@ -78,14 +90,12 @@ impl App {
 
     /// One run of the sweeper (expiry, orphans, reconciliation, warm-up).
     pub async fn sweep(&self) -> Result<SweepReport, SweepError> {
-        sweeper::sweep(
-            self,
-            SweepOptions {
-                orphan_grace: self.orphan_grace,
-                warmup_lead: self.warmup_lead,
-            },
-        )
-        .await
+        let options = SweepOptions {
+            orphan_grace: self.orphan_grace,
+            warmup_lead: self.warmup_lead,
+        };
+        // Boxed: the sweep's future is deep, and callers nest it in theirs.
+        Box::pin(sweeper::sweep(self, options)).await
     }
 
     /// True when Redis answers PING within the gate's timeout.
@@ -214,8 +224,8 @@ impl App {
         }
     }
 
-    /// Mode A: the gate granted (`fresh`) or already held (retry) the use; write the row with
-    /// the merge and answer from what Postgres stored. When Postgres does not take a use the
+    /// The gate granted (`fresh`) or already held (retry) the use. Mode B: send the event.
+    /// Mode A: write the row with the merge and answer from what Postgres stored. When Postgres does not take a use the
     /// gate just granted, the gate is undone so the two agree again.
     async fn settle(
         &self,
@@ -223,6 +233,20 @@ impl App {
         held: Held,
         fresh: bool,
     ) -> Result<Reservation, ReserveError> {
+        if let Some(events) = &self.events {
+            // Mode B: Postgres is off the path. The event carries the use to the consumer; if
+            // it cannot be sent, the order stays pending in the gate for the sweeper (or the
+            // client's retry, answered DUPLICATE, sends it again).
+            events.send(&ReservedEvent::new(r, held)).await?;
+            return Ok(Reservation {
+                order_id: r.order_id.as_str().to_owned(),
+                customer_id: held.customer_id,
+                discount_amount: held.discount,
+                status: Status::Reserved,
+                expires_at: DateTime::from_timestamp_millis(held.expires_ms)
+                    .ok_or_else(|| StoreError::UnexpectedOutcome("expiry out of range".into()))?,
+            });
+        }
         let order = r.order_id.as_str();
         let reserved_at = DateTime::from_timestamp_millis(held.reserved_ms);
         let expires_at = DateTime::from_timestamp_millis(held.expires_ms);
@@ -310,7 +334,69 @@ impl App {
         code: &VoucherCode,
         order_id: &OrderId,
     ) -> Result<Confirmation, ConfirmError> {
-        self.store.confirm(code, order_id, Utc::now()).await
+        match self.store.confirm(code, order_id, Utc::now()).await {
+            Err(ConfirmError::NotFound) if self.events.is_some() => {
+                // Mode B: the reserved event may not have landed yet; the gate knows the order.
+                let Some(merged) = self
+                    .merge_from_gate(code, order_id, Status::Confirmed)
+                    .await?
+                else {
+                    return Err(ConfirmError::NotFound);
+                };
+                match merged.row {
+                    Some(row) if row.status == Status::Confirmed => Ok(Confirmation {
+                        order_id: order_id.as_str().to_owned(),
+                        status: row.status,
+                        discount_amount: row.discount_amount,
+                    }),
+                    _ => Err(ConfirmError::Released),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Mode B: writes a reservation that is still on its way to Postgres from what the gate
+    /// holds, with `status`; the late event then merges into nothing. None: the gate does not
+    /// know the order. A tombstone gives a RELEASED row.
+    async fn merge_from_gate(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+        status: Status,
+    ) -> Result<Option<Merged>, MergeFromGateError> {
+        let held = match self.gate.order(code, order_id.as_str()).await? {
+            None => return Ok(None),
+            Some(OrderEntry::Tombstone(_)) => {
+                return Ok(Some(Merged {
+                    outcome: MergeOutcome::Unchanged,
+                    row: None,
+                    flash_sale: true,
+                }))
+            }
+            Some(OrderEntry::Active(held)) => held,
+        };
+        let merged = self
+            .store
+            .merge(&Merge {
+                code: code.as_str(),
+                order_id: order_id.as_str(),
+                customer_id: Some(held.customer_id),
+                status,
+                // The amount travels in the event; a row written ahead of it does not need it.
+                order_amount: Some(0),
+                discount_amount: Some(held.discount),
+                reserved_at: DateTime::from_timestamp_millis(held.reserved_ms),
+                expires_at: DateTime::from_timestamp_millis(held.expires_ms),
+                reason: (status == Status::Released).then_some(ReleaseReason::Cancelled),
+                now: Utc::now(),
+                revoke: false,
+            })
+            .await?;
+        if let Err(e) = self.gate.settled(code, order_id.as_str()).await {
+            tracing::warn!(code = code.as_str(), order_id = order_id.as_str(), error = %e, "pending not cleared");
+        }
+        Ok(Some(merged))
     }
 
     pub async fn release(
@@ -318,10 +404,23 @@ impl App {
         code: &VoucherCode,
         order_id: &OrderId,
     ) -> Result<(), ReleaseError> {
-        let merged = self
+        let merged = match self
             .store
             .release(code, order_id, ReleaseReason::Cancelled, Utc::now())
-            .await?;
+            .await
+        {
+            Err(ReleaseError::NotFound) if self.events.is_some() => {
+                // Mode B: released before its reserved event landed.
+                match self
+                    .merge_from_gate(code, order_id, Status::Released)
+                    .await?
+                {
+                    None => return Err(ReleaseError::NotFound),
+                    Some(merged) => merged,
+                }
+            }
+            other => other?,
+        };
         if merged.flash_sale && merged.outcome == MergeOutcome::Applied {
             // A use came back: this process stops answering OUT_OF_STOCK from memory.
             self.sold_out.lock().unwrap().remove(code.as_str());
@@ -343,7 +442,15 @@ impl App {
     pub async fn warmup(&self, code: &VoucherCode) -> Result<Warmed, WarmupError> {
         let token = format!("{}-{:?}", std::process::id(), Instant::now());
         let mut loaded_now = false;
-        if self.gate.is_loaded(code).await? {
+        let loaded = self.gate.is_loaded(code).await?;
+        if let (false, Some(events)) = (loaded, &self.events) {
+            // Postgres does not count events still on the queue: loading now would hand out
+            // their uses a second time.
+            if events.in_flight().await? > 0 {
+                return Err(WarmupError::EventsInFlight);
+            }
+        }
+        if loaded {
         } else if self
             .gate
             .try_lock_loading(code, &token, LOAD_LOCK_TTL)
@@ -388,5 +495,32 @@ impl App {
             );
         }
         Ok(loaded)
+    }
+}
+
+/// What can fail while writing a mode-B reservation from the gate.
+#[derive(Debug, thiserror::Error)]
+enum MergeFromGateError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Gate(#[from] GateError),
+}
+
+impl From<MergeFromGateError> for ConfirmError {
+    fn from(e: MergeFromGateError) -> Self {
+        match e {
+            MergeFromGateError::Store(e) => ConfirmError::Unavailable(e),
+            MergeFromGateError::Gate(e) => ConfirmError::Gate(e),
+        }
+    }
+}
+
+impl From<MergeFromGateError> for ReleaseError {
+    fn from(e: MergeFromGateError) -> Self {
+        match e {
+            MergeFromGateError::Store(e) => ReleaseError::Unavailable(e),
+            MergeFromGateError::Gate(e) => ReleaseError::Gate(e),
+        }
     }
 }

@@ -17,6 +17,7 @@ pub struct Settings {
     pub redis_url: String,
     /// Local server port; 0 asks the OS for a free one (the chosen address is logged).
     pub port: u16,
+    /// Period of the local server's background sweep; zero turns it off.
     pub sweep_interval: Duration,
     /// Unset: consistency mode A (no queue).
     pub events_queue_url: Option<String>,
@@ -36,6 +37,13 @@ pub struct Settings {
     pub warmup_lead: Duration,
     /// An order pending in the gate this long past its TTL, with no Postgres row, is an orphan.
     pub orphan_grace: Duration,
+    /// SQS endpoint override (a local SQS such as moto); dummy credentials are used with it.
+    pub sqs_endpoint_url: Option<String>,
+    pub aws_region: String,
+    /// `flashgate serve` consumes the queue itself (off when a consumer runs elsewhere).
+    pub events_poll: bool,
+    /// Bound on sending one event: past it the reserve answers 503.
+    pub events_timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +78,12 @@ impl Settings {
             sold_out_ttl: Duration::from_millis(parse(&get, "SOLD_OUT_CACHE_MS", 1000)?),
             warmup_lead: Duration::from_secs(parse(&get, "WARMUP_LEAD_SECONDS", 600)?),
             orphan_grace: Duration::from_secs(parse(&get, "ORPHAN_GRACE_SECONDS", 60)?),
+            sqs_endpoint_url: get("SQS_ENDPOINT_URL"),
+            aws_region: get("AWS_REGION")
+                .or_else(|| get("AWS_DEFAULT_REGION"))
+                .unwrap_or_else(|| "us-east-1".to_owned()),
+            events_poll: parse(&get, "EVENTS_POLL", true)?,
+            events_timeout: Duration::from_millis(parse(&get, "EVENTS_TIMEOUT_MS", 1000)?),
         })
     }
 

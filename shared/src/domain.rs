@@ -265,6 +265,8 @@ pub struct VoucherView {
     pub remaining: i64,
     pub reserved_count: i64,
     pub confirmed_count: i64,
+    /// Uses a gate granted that Postgres refused (only after the gate lost data; mode B).
+    pub revoked_count: i64,
 }
 
 /// `POST /vouchers/{code}/reservations` body, as received.

@@ -2,6 +2,7 @@
 //! to HTTP status codes and bodies lives in `http::error`.
 
 use crate::domain::Invalid;
+use crate::events::EventError;
 use crate::gate::GateError;
 
 /// Infrastructure failure: the caller may retry later (HTTP 503).
@@ -67,6 +68,8 @@ pub enum ReserveError {
     Unavailable(#[from] StoreError),
     #[error("redis is unavailable: {0}")]
     Gate(#[from] GateError),
+    #[error("the event queue is unavailable: {0}")]
+    Events(#[from] EventError),
 }
 
 impl From<WarmupError> for ReserveError {
@@ -76,7 +79,10 @@ impl From<WarmupError> for ReserveError {
             WarmupError::Gate(e) => ReserveError::Gate(e),
             WarmupError::NotFound => ReserveError::VoucherNotFound,
             WarmupError::Invalid(e) => ReserveError::Invalid(e),
-            WarmupError::NotFlashSale | WarmupError::Busy => ReserveError::WarmingUp,
+            WarmupError::NotFlashSale | WarmupError::Busy | WarmupError::EventsInFlight => {
+                ReserveError::WarmingUp
+            }
+            WarmupError::Events(e) => ReserveError::Events(e),
         }
     }
 }
@@ -101,6 +107,8 @@ pub enum ConfirmError {
     Released,
     #[error(transparent)]
     Unavailable(#[from] StoreError),
+    #[error("redis is unavailable: {0}")]
+    Gate(#[from] GateError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +119,8 @@ pub enum ReleaseError {
     NotFound,
     #[error(transparent)]
     Unavailable(#[from] StoreError),
+    #[error("redis is unavailable: {0}")]
+    Gate(#[from] GateError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +133,10 @@ pub enum WarmupError {
     NotFlashSale,
     #[error("another process is loading this voucher; retry shortly")]
     Busy,
+    #[error("reservation events are still in flight; the gate is loaded once they have landed")]
+    EventsInFlight,
+    #[error("the event queue is unavailable: {0}")]
+    Events(#[from] EventError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("redis is unavailable: {0}")]

@@ -2,10 +2,11 @@
 //! events to the shared code. The binaries in `functions/` are one call into here.
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{service_fn, LambdaEvent};
 
 use crate::sweeper::SweepReport;
-use crate::{app::App, config::Settings, http, telemetry};
+use crate::{app::App, config::Settings, consumer, http, telemetry};
 
 fn app() -> Result<App, lambda_runtime::Error> {
     telemetry::init();
@@ -23,6 +24,18 @@ pub async fn run_sweeper() -> Result<(), lambda_runtime::Error> {
     let app = app()?;
     let app = &app;
     lambda_runtime::run(service_fn(move |event| sweep_handler(app, event))).await
+}
+
+/// The consumer function: one SQS batch per invocation, failures reported per message.
+pub async fn run_consumer() -> Result<(), lambda_runtime::Error> {
+    let app = app()?;
+    let app = &app;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<SqsBatchResponse, lambda_runtime::Error>(
+            consumer::handle_batch(app, event.payload).await,
+        )
+    }))
+    .await
 }
 
 /// Handles one EventBridge scheduled event (its content is not needed).

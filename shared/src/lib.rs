@@ -14,14 +14,18 @@
 //! - [`config`]: settings from the environment; [`telemetry`]: JSON logs.
 //! - [`gate`]: the Redis gate of flash-sale vouchers (Lua scripts in `lua/`, keys in
 //!   `gate::keys`).
+//! - [`events`]: mode B's `voucher-reserved` events on SQS; [`consumer`]: their consumer, and
+//!   the local queue poller.
 //! - [`sweeper`]: the scheduled sweep: expiry, orphan recovery, reconciliation, warm-up.
 //! - [`server`]: the local server (the `flashgate serve` command); [`lambda`]: the entry point
 //!   every Lambda function calls with its route family.
 
 pub mod app;
 pub mod config;
+pub mod consumer;
 pub mod domain;
 pub mod errors;
+pub mod events;
 pub mod gate;
 pub mod http;
 pub mod lambda;

@@ -1,29 +1,84 @@
-//! The local server: the whole router on a TCP listener, stopped by a future.
+//! The local server: the whole router on a TCP listener, plus the background work that Lambda
+//! gets from events and schedules (the queue poller in mode B, the sweep on an interval).
 //!
 //! Shutdown is passed in (as in mini-redis) so that `main` wires it to Ctrl-C and tests to a
-//! oneshot channel; in-flight requests finish before `serve` returns.
+//! oneshot channel; in-flight requests finish before `serve` returns, and the background tasks
+//! stop with it.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
 use crate::app::App;
+use crate::consumer;
 use crate::http::{router, Routes};
 
-/// Binds `127.0.0.1:port` (0 = any free port) and returns the listener and its address.
+/// Binds `host:port` (port 0 = any free port) and returns the listener and its address.
 pub async fn bind(host: &str, port: u16) -> std::io::Result<(TcpListener, SocketAddr)> {
     let listener = TcpListener::bind((host, port)).await?;
     let addr = listener.local_addr()?;
     Ok((listener, addr))
 }
 
+/// The background work of the local server.
+#[derive(Debug, Clone, Copy)]
+pub struct Background {
+    /// Period of the sweep; zero: no sweep.
+    pub sweep_interval: Duration,
+    /// Consume the events queue (mode B) in this process.
+    pub poll_events: bool,
+}
+
+impl Background {
+    pub fn from_settings(s: &crate::Settings) -> Self {
+        Background {
+            sweep_interval: s.sweep_interval,
+            poll_events: s.events_poll,
+        }
+    }
+
+    /// Only the HTTP API.
+    pub const NONE: Background = Background {
+        sweep_interval: Duration::ZERO,
+        poll_events: false,
+    };
+}
+
+/// Serves the API until `shutdown`, with the `background` work beside it.
 pub async fn serve(
     listener: TcpListener,
     app: App,
+    background: Background,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(app, Routes::All))
+    let mut tasks = Vec::new();
+    if !background.sweep_interval.is_zero() {
+        tasks.push(tokio::spawn(sweep_every(
+            app.clone(),
+            background.sweep_interval,
+        )));
+    }
+    if let (true, Some(events)) = (background.poll_events, app.events.clone()) {
+        tasks.push(tokio::spawn(consumer::poll(app.clone(), events)));
+    }
+    let served = axum::serve(listener, router(app, Routes::All))
         .with_graceful_shutdown(shutdown)
-        .await
+        .await;
+    for task in tasks {
+        task.abort();
+    }
+    served
+}
+
+async fn sweep_every(app: App, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = app.sweep().await {
+            tracing::error!(error = %e, "sweep failed");
+        }
+    }
 }

@@ -243,6 +243,7 @@ impl Store {
             remaining: v.total_limit.into(),
             reserved_count: 0,
             confirmed_count: 0,
+            revoked_count: 0,
         })
     }
 
@@ -256,7 +257,9 @@ impl Store {
                         (SELECT count(*) FROM redemption r
                           WHERE r.voucher_code = v.code AND r.status = 1) AS reserved,
                         (SELECT count(*) FROM redemption r
-                          WHERE r.voucher_code = v.code AND r.status = 2) AS confirmed
+                          WHERE r.voucher_code = v.code AND r.status = 2) AS confirmed,
+                        (SELECT count(*) FROM redemption r
+                          WHERE r.voucher_code = v.code AND r.release_reason = 'REVOKED') AS revoked
                    FROM voucher v WHERE v.code = $1",
                 &[(&code.as_str(), Type::TEXT)],
             )
@@ -281,6 +284,7 @@ impl Store {
             remaining: (total - used).into(),
             reserved_count: row.get("reserved"),
             confirmed_count: row.get("confirmed"),
+            revoked_count: row.get("revoked"),
         })
     }
 

@@ -22,6 +22,50 @@ pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
 
+pub fn sqs_endpoint() -> String {
+    std::env::var("TEST_SQS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:9324".to_owned())
+}
+
+/// A queue and its dead-letter queue on the local SQS endpoint, named after the test.
+/// Messages become visible again after 1 s and move to the DLQ after `max_receive` receives.
+pub async fn create_queues(name: &str, max_receive: u32) -> (String, String) {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let sqs = shared::events::Events::new(
+        "",
+        Some(sqs_endpoint()),
+        "us-east-1".into(),
+        Duration::from_secs(10),
+    );
+    let client = sqs.client().await;
+    let dlq = client
+        .create_queue()
+        .queue_name(format!("{name}-dlq"))
+        .send()
+        .await
+        .expect("create DLQ");
+    let dlq_url = dlq.queue_url().unwrap().to_owned();
+    let attrs = client
+        .get_queue_attributes()
+        .queue_url(&dlq_url)
+        .attribute_names(A::QueueArn)
+        .send()
+        .await
+        .unwrap();
+    let arn = attrs.attributes().unwrap()[&A::QueueArn].clone();
+    let queue = client
+        .create_queue()
+        .queue_name(name)
+        .attributes(A::VisibilityTimeout, "1")
+        .attributes(
+            A::RedrivePolicy,
+            json!({"deadLetterTargetArn": arn, "maxReceiveCount": max_receive}).to_string(),
+        )
+        .send()
+        .await
+        .expect("create queue");
+    (queue.queue_url().unwrap().to_owned(), dlq_url)
+}
+
 pub struct TestApp {
     /// Vouchers created through [`TestApp::voucher`] are flash-sale ones.
     pub flash: bool,
@@ -37,6 +81,8 @@ pub struct TestApp {
     pub pg_proxy: Option<Proxy>,
     /// Present when spawned with `("REDIS_PROXY", "1")`: the server reaches Redis through it.
     pub redis_proxy: Option<Proxy>,
+    /// Present when spawned with `("EVENTS", "1")` (mode B): the queue's dead-letter queue.
+    pub dlq_url: Option<String>,
     shutdown: Option<oneshot::Sender<()>>,
 }
 
@@ -69,6 +115,8 @@ impl TestApp {
             // A debug build serving 2,000 requests at once on 2 cores can starve the Redis
             // driver task for longer than the production default; fault tests set their own.
             ("REDIS_TIMEOUT_MS".into(), "5000".into()),
+            // Tests sweep when they mean to.
+            ("SWEEP_INTERVAL_SECONDS".into(), "0".into()),
         ];
         env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let wants = |name: &str| vars.iter().any(|(k, v)| *k == name && *v == "1");
@@ -91,6 +139,20 @@ impl TestApp {
         } else {
             None
         };
+        let dlq_url = if wants("EVENTS") {
+            let max_receive = vars
+                .iter()
+                .find(|(k, _)| *k == "MAX_RECEIVE")
+                .map_or(3, |(_, v)| v.parse().unwrap());
+            let (queue, dlq) = create_queues(&db_name, max_receive).await;
+            env.push(("EVENTS_QUEUE_URL".into(), queue));
+            env.push(("SQS_ENDPOINT_URL".into(), sqs_endpoint()));
+            // The local SQS is a single Python process: slow under a burst, not down.
+            env.insert(0, ("EVENTS_TIMEOUT_MS".into(), "20000".into()));
+            Some(dlq)
+        } else {
+            None
+        };
         let lookup = |k: &str| {
             env.iter()
                 .rev()
@@ -104,8 +166,9 @@ impl TestApp {
         let (listener, addr) = server::bind("127.0.0.1", 0).await.expect("bind");
         let (tx, rx) = oneshot::channel::<()>();
         let served = app.clone();
+        let background = server::Background::from_settings(&settings);
         tokio::spawn(async move {
-            server::serve(listener, served, async {
+            server::serve(listener, served, background, async {
                 let _ = rx.await;
             })
             .await
@@ -130,6 +193,7 @@ impl TestApp {
             db_name,
             pg_proxy,
             redis_proxy,
+            dlq_url,
             shutdown: Some(tx),
         }
     }

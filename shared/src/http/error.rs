@@ -11,6 +11,7 @@ use crate::errors::{
     ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ReleaseError,
     ReserveError, StoreError, WarmupError,
 };
+use crate::events::EventError;
 use crate::gate::GateError;
 
 /// Seconds a client is asked to wait after a 503.
@@ -111,6 +112,13 @@ impl From<GateError> for ApiError {
     }
 }
 
+impl From<EventError> for ApiError {
+    fn from(e: EventError) -> Self {
+        tracing::error!(error = %e, "sqs failure");
+        ApiError::unavailable("the event queue is unavailable; retry later")
+    }
+}
+
 impl From<WarmupError> for ApiError {
     fn from(e: WarmupError) -> Self {
         let message = e.to_string();
@@ -122,7 +130,8 @@ impl From<WarmupError> for ApiError {
             WarmupError::NotFlashSale => {
                 ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
             }
-            WarmupError::Busy => ApiError::unavailable(message),
+            WarmupError::Busy | WarmupError::EventsInFlight => ApiError::unavailable(message),
+            WarmupError::Events(e) => e.into(),
             WarmupError::Store(e) => e.into(),
             WarmupError::Gate(e) => e.into(),
         }
@@ -172,6 +181,7 @@ impl From<ReserveError> for ApiError {
             WarmingUp => ApiError::unavailable(message),
             Unavailable(e) => e.into(),
             Gate(e) => e.into(),
+            Events(e) => e.into(),
         }
     }
 }
@@ -201,6 +211,7 @@ impl From<ConfirmError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "RESERVATION_RELEASED", message)
             }
             ConfirmError::Unavailable(e) => e.into(),
+            ConfirmError::Gate(e) => e.into(),
         }
     }
 }
@@ -214,6 +225,7 @@ impl From<ReleaseError> for ApiError {
                 ApiError::new(StatusCode::NOT_FOUND, "RESERVATION_NOT_FOUND", message)
             }
             ReleaseError::Unavailable(e) => e.into(),
+            ReleaseError::Gate(e) => e.into(),
         }
     }
 }

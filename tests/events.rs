@@ -1,0 +1,394 @@
+//! Consistency mode B against a real SQS endpoint (moto), real Redis and real Postgres: the
+//! reserve path touches only Redis and SQS, the consumer merges events in any order, any number
+//! of times, and reports failures per message.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use common::TestApp;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use shared::consumer::{self, Consumed};
+use shared::domain::{OrderId, Reserve, VoucherCode};
+use shared::events::ReservedEvent;
+use shared::gate::GateReply;
+
+fn reserve_req(code: &str, customer: i64, order: &str) -> Reserve {
+    Reserve {
+        code: VoucherCode::parse(code).unwrap(),
+        order_id: OrderId::parse(order).unwrap(),
+        customer_id: customer,
+        order_amount: 10,
+    }
+}
+
+/// Receives every message on the test's queue (deleting them), returning their bodies.
+async fn drain(app: &TestApp) -> Vec<String> {
+    let events = app.app.events.as_ref().unwrap();
+    let mut bodies = Vec::new();
+    let mut empty = 0;
+    while empty < 2 {
+        let got = events.receive(Duration::from_secs(0)).await.unwrap();
+        if got.is_empty() {
+            empty += 1;
+            continue;
+        }
+        empty = 0;
+        let handles: Vec<&str> = got.iter().map(|m| m.receipt_handle.as_str()).collect();
+        events.delete(&handles).await.unwrap();
+        bodies.extend(got.into_iter().map(|m| m.body));
+    }
+    bodies
+}
+
+fn batch(bodies: &[String]) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    for (i, body) in bodies.iter().enumerate() {
+        let mut m = SqsMessage::default();
+        m.message_id = Some(format!("m{i}"));
+        m.body = Some(body.clone());
+        event.records.push(m);
+    }
+    event
+}
+
+async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
+    let app = Arc::new(TestApp::spawn_with(&[("EVENTS", "1"), ("EVENTS_POLL", "false")]).await);
+    app.voucher(
+        "QUEUED",
+        1000,
+        json!({"flashSale": true, "perUserLimit": 10}),
+    )
+    .await;
+    // The gate grants 1,000 uses; their events are what the reserve path would have sent.
+    // (They are handed to the consumer directly: the local SQS server is one Python process
+    // and takes over a minute to carry 1,000 messages; the queue's own delivery is covered by
+    // the tests below.)
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut bodies = Vec::new();
+    for i in 0..1000 {
+        let r = reserve_req("QUEUED", 1 + i % 300, &format!("o{i}"));
+        let reply = app
+            .app
+            .gate
+            .reserve(
+                &r.code,
+                r.customer_id,
+                r.order_id.as_str(),
+                r.order_amount,
+                now,
+            )
+            .await
+            .unwrap();
+        let GateReply::Reserved(held) = reply else {
+            panic!("{reply:?}")
+        };
+        bodies.push(serde_json::to_string(&ReservedEvent::new(&r, held)).unwrap());
+    }
+    assert_eq!(
+        app.counts("QUEUED").await.used_count,
+        0,
+        "nothing in Postgres yet"
+    );
+    assert_eq!(app.gate_remaining("QUEUED").await, Some(0));
+
+    // The same event twice, in one batch.
+    let twice =
+        consumer::handle_batch(&app.app, batch(&[bodies[0].clone(), bodies[0].clone()])).await;
+    assert!(twice.batch_item_failures.is_empty());
+    // Then all of them, a third again, in a shuffled order.
+    let again: Vec<String> = bodies.iter().step_by(3).cloned().collect();
+    bodies.extend(again);
+    let mut seed: u64 = 7;
+    for i in (1..bodies.len()).rev() {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        bodies.swap(i, (seed >> 33) as usize % (i + 1));
+    }
+    for chunk in bodies.chunks(10) {
+        let response = consumer::handle_batch(&app.app, batch(chunk)).await;
+        assert!(response.batch_item_failures.is_empty());
+    }
+    let counts = app.counts("QUEUED").await;
+    assert_eq!(
+        (
+            counts.used_count,
+            counts.active_rows,
+            counts.customer_counter_sum
+        ),
+        (1000, 1000, 1000)
+    );
+    let rows: i64 = app
+        .db
+        .query_one("SELECT count(*) FROM redemption", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1000);
+    let pending: i64 = redis::cmd("ZCARD")
+        .arg(app.gate_key("QUEUED", "pending"))
+        .query_async(&mut app.redis().await)
+        .await
+        .unwrap();
+    assert_eq!(pending, 0, "every landed order left the pending set");
+}
+
+#[tokio::test]
+async fn release_and_confirm_may_arrive_before_their_reserved_event() {
+    let app = TestApp::spawn_with(&[("EVENTS", "1"), ("EVENTS_POLL", "false")]).await;
+    app.voucher("EARLY", 5, json!({"flashSale": true})).await;
+    let (status, reserved_a) = app.reserve("EARLY", 1, "a", 10).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        app.reserve("EARLY", 1, "a", 10).await,
+        (StatusCode::CREATED, reserved_a.clone()),
+        "replay in mode B"
+    );
+    assert_eq!(
+        app.reserve("EARLY", 2, "b", 10).await.0,
+        StatusCode::CREATED
+    );
+
+    // Neither event has landed: the API answers from the gate and writes the row itself.
+    assert_eq!(
+        app.call("DELETE", "/vouchers/EARLY/reservations/a", None)
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
+    let (status, body) = app
+        .json("POST", "/vouchers/EARLY/reservations/b/confirm", None)
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("CONFIRMED"))
+    );
+    assert_eq!(app.gate_remaining("EARLY").await, Some(4));
+    let (status, _) = app
+        .json("POST", "/vouchers/EARLY/reservations/a/confirm", None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    // The events land late (and twice): nothing changes.
+    let bodies = drain(&app).await;
+    assert!(bodies.len() >= 3, "{bodies:?}");
+    for body in bodies.iter().chain(bodies.iter()) {
+        let consumed = consumer::consume(&app.app, body).await.unwrap();
+        assert_eq!(consumed, Consumed::Unchanged, "{body}");
+    }
+    let counts = app.counts("EARLY").await;
+    assert_eq!((counts.used_count, counts.active_rows), (1, 1));
+    let (_, a) = app
+        .json("GET", "/vouchers/EARLY/reservations/a", None)
+        .await;
+    let (_, b) = app
+        .json("GET", "/vouchers/EARLY/reservations/b", None)
+        .await;
+    assert_eq!(
+        (a["status"].as_str(), b["status"].as_str()),
+        (Some("RELEASED"), Some("CONFIRMED"))
+    );
+    let first: Value = serde_json::from_str(&reserved_a).unwrap();
+    assert_eq!(
+        a["expiresAt"], first["expiresAt"],
+        "the row keeps the gate's expiry"
+    );
+}
+
+#[tokio::test]
+async fn a_poison_message_goes_to_the_dead_letter_queue_and_the_rest_lands() {
+    let app = TestApp::spawn_with(&[("EVENTS", "1"), ("MAX_RECEIVE", "2")]).await;
+    app.voucher("POISON", 5, json!({"flashSale": true})).await;
+    let events = app.app.events.as_ref().unwrap();
+    events
+        .client()
+        .await
+        .send_message()
+        .queue_url(events.queue_url())
+        .message_body("{\"type\":\"voucher-reserved\",\"version\":1,\"code\":\"POISON\"")
+        .send()
+        .await
+        .unwrap();
+    for i in 1..=3 {
+        assert_eq!(
+            app.reserve("POISON", i, &format!("o{i}"), 10).await.0,
+            StatusCode::CREATED
+        );
+    }
+    wait_for("the events to land", Duration::from_secs(20), async || {
+        app.counts("POISON").await.used_count == 3
+    })
+    .await;
+    let dlq = app.dlq_url.clone().unwrap();
+    wait_for(
+        "the poison message in the DLQ",
+        Duration::from_secs(30),
+        async || {
+            let attrs = events
+                .client()
+                .await
+                .get_queue_attributes()
+                .queue_url(&dlq)
+                .attribute_names(
+                    aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages,
+                )
+                .send()
+                .await
+                .unwrap();
+            attrs.attributes().and_then(|a| a.values().next().cloned()) == Some("1".to_owned())
+        },
+    )
+    .await;
+    assert_eq!(app.counts("POISON").await.active_rows, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_down_while_500_events_queue_up_then_all_land() {
+    let app = Arc::new(
+        TestApp::spawn_with(&[
+            ("EVENTS", "1"),
+            ("PG_PROXY", "1"),
+            ("MAX_RECEIVE", "1000"),
+            ("DATABASE_TIMEOUT_MS", "500"),
+        ])
+        .await,
+    );
+    app.voucher("PGOFF", 600, json!({"flashSale": true})).await;
+    assert_eq!(
+        app.reserve("PGOFF", 1, "warm", 10).await.0,
+        StatusCode::CREATED
+    );
+
+    app.pg_proxy.as_ref().unwrap().set_up(false);
+    let tasks: Vec<_> = (2..502)
+        .map(|i| {
+            let app = app.clone();
+            tokio::spawn(async move { app.reserve("PGOFF", i, &format!("o{i}"), 10).await.0 })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(
+            t.await.unwrap(),
+            StatusCode::CREATED,
+            "mode B reserves without Postgres"
+        );
+    }
+    assert_eq!(app.gate_remaining("PGOFF").await, Some(99));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    app.pg_proxy.as_ref().unwrap().set_up(true);
+    wait_for(
+        "500 queued events to land",
+        Duration::from_secs(60),
+        async || app.counts("PGOFF").await.used_count == 501,
+    )
+    .await;
+    let counts = app.counts("PGOFF").await;
+    assert_eq!(
+        (counts.active_rows, counts.customer_counter_sum),
+        (501, 501)
+    );
+    assert_eq!(app.view("PGOFF").await["remaining"], 99);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_revocations() {
+    let app = Arc::new(TestApp::spawn_with(&[("EVENTS", "1"), ("EVENTS_POLL", "false")]).await);
+    app.voucher("LOST", 100, json!({"flashSale": true})).await;
+    for i in 1..=100 {
+        app.app
+            .reserve(&reserve_req("LOST", i, &format!("o{i}")))
+            .await
+            .unwrap();
+    }
+    let mut bodies = drain(&app).await;
+    assert_eq!(bodies.len(), 100);
+    // Half of the events land; then Redis restarts empty with the other half in flight.
+    for body in bodies.drain(..50) {
+        consumer::consume(&app.app, &body).await.unwrap();
+    }
+    app.flush_gate().await;
+    let events = app.app.events.as_ref().unwrap();
+    for body in &bodies {
+        events
+            .client()
+            .await
+            .send_message()
+            .queue_url(events.queue_url())
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    // Loading now would count those 50 twice: warm-up waits for them (503, Retry-After).
+    let (status, body) = app.json("POST", "/vouchers/LOST/warmup", None).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("UNAVAILABLE"))
+    );
+    let (status, _) = app.reserve("LOST", 500, "late", 10).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+
+    // Suppose it is loaded anyway (an operator forcing it): the gate offers 50 uses that the
+    // queued events already hold, and hands them out again.
+    let code = VoucherCode::parse("LOST").unwrap();
+    let (meta, remaining, users) = app.app.store.gate_source(&code).await.unwrap().unwrap();
+    assert_eq!(remaining, 50);
+    assert!(app
+        .app
+        .gate
+        .load(&code, &meta, remaining, &users)
+        .await
+        .unwrap());
+    for i in 201..=250 {
+        app.app
+            .reserve(&reserve_req("LOST", i, &format!("n{i}")))
+            .await
+            .unwrap();
+    }
+    let rest = drain(&app).await;
+    assert_eq!(rest.len(), 100);
+    let mut revoked = 0;
+    for body in &rest {
+        if consumer::consume(&app.app, body).await.unwrap() == Consumed::Revoked {
+            revoked += 1;
+        }
+    }
+    // Postgres held the line: never past 100, and every refusal is stored and counted.
+    let counts = app.counts("LOST").await;
+    assert_eq!((counts.used_count, counts.active_rows), (100, 100));
+    assert_eq!(revoked, 50);
+    let view = app.view("LOST").await;
+    assert_eq!(
+        (view["usedCount"].as_i64(), view["revokedCount"].as_i64()),
+        (Some(100), Some(50))
+    );
+    let reasons: i64 = app
+        .db
+        .query_one(
+            "SELECT count(*) FROM redemption WHERE status = 3 AND release_reason = 'REVOKED'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(reasons, 50);
+    assert_eq!(
+        app.gate_remaining("LOST").await,
+        Some(0),
+        "revoked uses do not return to the gate"
+    );
+}
