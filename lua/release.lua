@@ -6,11 +6,14 @@
 --                    (REVOKED: Postgres refused the use, so the gate had one too many)
 -- ARGV[3] tombstone  '1': leave "R|..." so the orderId can never reserve again (release);
 --                    '0': forget the order entirely (undo of a reserve Postgres did not take,
---                    so that the client's retry with the same orderId starts afresh)
+--                    so that the client's retry with the same orderId starts afresh);
+--                    'keep': leave the order active (the gate counted an order twice, after it
+--                    lost data: one use and one customer use come back, the order stays)
 -- ARGV[4] customerId for a tombstone of an order the gate never saw ('' if unknown)
 --
 -- Returns RELEASED (was active), ALREADY (was a tombstone) or UNKNOWN (no entry).
 local order, give_back, tombstone = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
+local keep = ARGV[3] == 'keep'
 local entry = redis.call('HGET', KEYS[3], order)
 redis.call('ZREM', KEYS[4], order)
 if not entry then
@@ -31,7 +34,7 @@ if redis.call('HINCRBY', KEYS[2], owner, -1) <= 0 then
 end
 if tombstone then
   redis.call('HSET', KEYS[3], order, 'R|' .. owner .. '|' .. rest)
-else
+elseif not keep then
   redis.call('HDEL', KEYS[3], order)
 end
 return 'RELEASED'

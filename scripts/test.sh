@@ -21,7 +21,7 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 # One closing line for the whole workspace (cargo prints one per test binary).
 awk '/^test result:/ { p += $4; f += $6 } END { printf "summary: %d passed, %d failed\n", p, f }' "$log"
 exit "$status"

@@ -273,17 +273,23 @@ async fn postgres_down_while_500_events_queue_up_then_all_land() {
     );
 
     app.pg_proxy.as_ref().unwrap().set_up(false);
+    // 32 at a time: the local SQS stand-in is one Python process.
+    let slots = Arc::new(tokio::sync::Semaphore::new(32));
     let tasks: Vec<_> = (2..502)
         .map(|i| {
-            let app = app.clone();
-            tokio::spawn(async move { app.reserve("PGOFF", i, &format!("o{i}"), 10).await.0 })
+            let (app, slots) = (app.clone(), slots.clone());
+            tokio::spawn(async move {
+                let _slot = slots.acquire().await.unwrap();
+                app.reserve("PGOFF", i, &format!("o{i}"), 10).await
+            })
         })
         .collect();
     for t in tasks {
+        let (status, body) = t.await.unwrap();
         assert_eq!(
-            t.await.unwrap(),
+            status,
             StatusCode::CREATED,
-            "mode B reserves without Postgres"
+            "mode B reserves without Postgres: {body}"
         );
     }
     assert_eq!(app.gate_remaining("PGOFF").await, Some(99));

@@ -131,6 +131,23 @@ async fn every_script_outcome(gate: Gate) {
         GateReply::Reserved(_)
     ));
 
+    // Uncount: an order counted twice gives one use back and stays active.
+    assert_eq!(
+        gate.remove(&code, "o3", Removal::Uncount, None)
+            .await
+            .unwrap(),
+        Removed::Released
+    );
+    assert_eq!(gate.remaining(&code).await.unwrap(), Some(1));
+    assert!(matches!(
+        reserve(2, "o3", 100, now).await,
+        GateReply::Duplicate(_)
+    ));
+    assert!(matches!(
+        reserve(4, "o6", 100, now).await,
+        GateReply::Reserved(_)
+    ));
+
     // Releasing an order the gate never saw leaves a tombstone that blocks a late reserve.
     assert_eq!(
         gate.remove(&code, "zz", Removal::Release, Some(5))
@@ -145,7 +162,7 @@ async fn every_script_outcome(gate: Gate) {
     // Pending until Postgres has the row.
     let (entry, uses) = gate.order_and_uses(&code, "o3", 2).await.unwrap();
     assert!(entry.is_some());
-    assert_eq!(uses, 1);
+    assert_eq!(uses, 0, "the uncount took customer 2's count back");
     gate.settled(&code, "o3").await.unwrap();
 }
 

@@ -295,26 +295,61 @@ impl App {
             MergeOutcome::NotFound => Err(StoreError::UnexpectedOutcome("NOT_FOUND".into()).into()),
         };
         if fresh {
-            match merged.outcome {
-                // Postgres has the row: no longer pending. Off the answer's path.
-                MergeOutcome::Applied => {
-                    let (gate, code, order) = (self.gate.clone(), r.code.clone(), order.to_owned());
-                    tokio::spawn(async move {
-                        if let Err(e) = gate.settled(&code, &order).await {
-                            tracing::warn!(code = code.as_str(), order_id = order, error = %e, "pending not cleared");
-                        }
-                    });
-                }
-                // Postgres knew this order already (the gate lost it): the gate counted it twice.
-                MergeOutcome::Unchanged
-                | MergeOutcome::OrderConflict
-                | MergeOutcome::RefusedAlreadyUsed => self.undo(r, true).await,
-                // Postgres is full, so the gate had one use too many: keep it taken.
-                MergeOutcome::RefusedOutOfStock => self.undo(r, false).await,
-                MergeOutcome::Revoked | MergeOutcome::NotFound => {}
-            }
+            self.reconcile_fresh(r, held, &merged).await;
         }
         result
+    }
+
+    /// After a use the gate just granted was merged: make the gate agree with what Postgres
+    /// decided.
+    async fn reconcile_fresh(&self, r: &Reserve, held: Held, merged: &Merged) {
+        let row = merged.row.as_ref();
+        let how = match merged.outcome {
+            MergeOutcome::Applied => None,
+            MergeOutcome::Unchanged | MergeOutcome::Revoked => match row {
+                // A retry of this order, answered DUPLICATE by the gate, wrote the row first:
+                // it is this very reservation (same expiry), counted once. Nothing to undo.
+                Some(row)
+                    if row.status.is_active()
+                        && row.expires_at.timestamp_millis() == held.expires_ms =>
+                {
+                    None
+                }
+                // Postgres had the order from before the gate lost its data: counted twice.
+                Some(row) if row.status.is_active() => Some(Removal::Uncount),
+                // Released in Postgres: the gate lost the tombstone.
+                _ => Some(Removal::Release),
+            },
+            // Postgres did not take the use: the gate gives it back and forgets the order.
+            MergeOutcome::OrderConflict | MergeOutcome::RefusedAlreadyUsed => {
+                Some(Removal::Forget { give_back: true })
+            }
+            // Postgres is full, so the gate had one use too many: keep it taken.
+            MergeOutcome::RefusedOutOfStock => Some(Removal::Forget { give_back: false }),
+            MergeOutcome::NotFound => None,
+        };
+        let order = r.order_id.as_str();
+        let result = match how {
+            Some(how) => self
+                .gate
+                .remove(&r.code, order, how, Some(r.customer_id))
+                .await
+                .map(|_| ()),
+            // Postgres has the row: the order is no longer pending. Off the answer's path.
+            None => {
+                let (gate, code, order) = (self.gate.clone(), r.code.clone(), order.to_owned());
+                tokio::spawn(async move {
+                    if let Err(e) = gate.settled(&code, &order).await {
+                        tracing::warn!(code = code.as_str(), order_id = order, error = %e, "pending not cleared");
+                    }
+                });
+                Ok(())
+            }
+        };
+        if let Err(e) = result {
+            // The order stays pending in the gate; the sweeper resolves it.
+            tracing::error!(code = r.code.as_str(), order_id = order, error = %e, "gate correction failed");
+        }
     }
 
     async fn undo(&self, r: &Reserve, give_back: bool) {

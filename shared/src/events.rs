@@ -161,6 +161,23 @@ impl Events {
         .await
     }
 
+    /// Creates the queue named by the queue URL if it does not exist (a local SQS only, so
+    /// that `flashgate serve` in mode B needs no separate set-up step).
+    pub async fn ensure_local_queue(&self) -> Result<(), EventError> {
+        if self.endpoint.is_none() {
+            return Ok(());
+        }
+        let name = self.queue_url.rsplit('/').next().unwrap_or_default();
+        self.client()
+            .await
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .map_err(sqs)?;
+        Ok(())
+    }
+
     /// Messages queued or being processed: while any exist, a gate must not be loaded (an
     /// event still to land would be counted twice).
     pub async fn in_flight(&self) -> Result<u64, EventError> {

@@ -69,6 +69,9 @@ pub enum Removal {
     Revoke,
     /// Undo a reserve that Postgres did not take, so that a retry starts afresh.
     Forget { give_back: bool },
+    /// The gate counted an active order twice (it lost data, then granted the order again):
+    /// one use and one customer use come back, the order stays active.
+    Uncount,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,6 +249,7 @@ impl Gate {
             Removal::Release => ("1", "1"),
             Removal::Revoke => ("0", "1"),
             Removal::Forget { give_back } => (if give_back { "1" } else { "0" }, "0"),
+            Removal::Uncount => ("1", "keep"),
         };
         let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
         let reply: String = self

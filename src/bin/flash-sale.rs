@@ -1,0 +1,815 @@
+//! `flash-sale`: a flash sale against a running Flashgate, checked to the last use.
+//!
+//! Open model: request k is due at `start + k / rate`, whatever happened to the ones before,
+//! and its latency is measured from that due time, so a slow server cannot hide its tail
+//! (no coordinated omission). Latencies go into HdrHistograms, per outcome.
+//!
+//! One run: create a voucher with N uses, offer `rate` reserve requests/s for `duration` from
+//! `customers` customers, a share of them retries of earlier requests and a share reusing
+//! another customer's orderId; then confirm a share of the winners and release another; then
+//! check against the server: exactly N active after the burst, no customer above the per-user
+//! limit, every retry answered byte for byte like its first. It prints a table, writes a JSON
+//! summary and a self-contained HTML report (latency and allocation over time, as SVG).
+//!
+//! `--compare` runs, in this one process, its own servers (mode A, and mode B when a local SQS
+//! endpoint is given) and offers the same load to `GET /health/live` (the HTTP ceiling),
+//! a standard voucher, a flash voucher in mode A, in mode B, and a sold-out flash voucher.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "flash-sale",
+    about = "Run a flash sale against Flashgate and check the outcome"
+)]
+struct Args {
+    /// Flashgate to test (ignored with --compare, which starts its own).
+    #[arg(long, default_value = "http://127.0.0.1:3000")]
+    base_url: String,
+    /// Uses of the voucher.
+    #[arg(long, default_value_t = 1000)]
+    uses: i64,
+    /// Offered reserve requests per second.
+    #[arg(long, default_value_t = 2000)]
+    rate: u64,
+    /// Seconds of offered load.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// Distinct customers.
+    #[arg(long, default_value_t = 20_000)]
+    customers: i64,
+    /// Uses one customer may hold.
+    #[arg(long, default_value_t = 1)]
+    per_user_limit: i64,
+    /// Share of requests that re-send an earlier request unchanged (a client retry).
+    #[arg(long, default_value_t = 0.1)]
+    retry_share: f64,
+    /// Share of requests that reuse an earlier orderId for another customer.
+    #[arg(long, default_value_t = 0.02)]
+    conflict_share: f64,
+    /// Share of winners confirmed after the burst.
+    #[arg(long, default_value_t = 0.6)]
+    confirm_share: f64,
+    /// Share of winners released after the burst.
+    #[arg(long, default_value_t = 0.2)]
+    release_share: f64,
+    /// A standard (Postgres-decided) voucher instead of a flash-sale one.
+    #[arg(long)]
+    standard: bool,
+    /// Requests in flight at most (beyond it, due requests wait, and their wait counts).
+    #[arg(long, default_value_t = 4096)]
+    max_in_flight: usize,
+    /// Where the JSON summary and the HTML report go.
+    #[arg(long, default_value = "target/flash-sale")]
+    out: String,
+    /// Compare the HTTP ceiling, standard, flash mode A, mode B and sold out, in one run.
+    #[arg(long)]
+    compare: bool,
+    /// With --compare: a local SQS endpoint (e.g. http://127.0.0.1:9324) to include mode B.
+    #[arg(long)]
+    sqs_endpoint: Option<String>,
+    /// With --compare: Postgres server for the in-process Flashgate (a fresh database is used).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
+    postgres: String,
+    /// With --compare: Redis for the in-process Flashgate.
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+}
+
+/// A small deterministic generator, so that a run can be repeated.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    New,
+    Retry,
+    Conflict,
+}
+
+#[derive(Debug, Clone)]
+struct Planned {
+    kind: Kind,
+    customer: i64,
+    order: String,
+}
+
+#[derive(Debug, Clone)]
+struct Answer {
+    due: Duration,
+    done: Duration,
+    status: u16,
+    body: String,
+}
+
+impl Answer {
+    fn latency_us(&self) -> u64 {
+        self.done.saturating_sub(self.due).as_micros() as u64
+    }
+    fn outcome(&self) -> String {
+        match self.status {
+            0 => "TRANSPORT_ERROR".into(),
+            201 => "RESERVED".into(),
+            200 if self.body.contains("\"status\":\"ok\"") => "LIVE".into(),
+            _ => serde_json::from_str::<Value>(&self.body)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("HTTP_{}", self.status)),
+        }
+    }
+}
+
+fn plan(args: &Args, total: usize, seed: u64) -> Vec<Planned> {
+    let mut rng = Rng(seed);
+    let mut out: Vec<Planned> = Vec::with_capacity(total);
+    let mut news: Vec<usize> = Vec::new();
+    for k in 0..total {
+        let roll = rng.next() as f64 / (1u64 << 31) as f64;
+        let p = if !news.is_empty() && roll < args.retry_share {
+            let j = news[rng.below(news.len() as u64) as usize];
+            Planned {
+                kind: Kind::Retry,
+                ..out[j].clone()
+            }
+        } else if !news.is_empty() && roll < args.retry_share + args.conflict_share {
+            let j = news[rng.below(news.len() as u64) as usize];
+            Planned {
+                kind: Kind::Conflict,
+                customer: out[j].customer % args.customers + 1,
+                order: out[j].order.clone(),
+            }
+        } else {
+            news.push(k);
+            Planned {
+                kind: Kind::New,
+                customer: 1 + rng.below(args.customers as u64) as i64,
+                order: format!("o-{k}"),
+            }
+        };
+        out.push(p);
+    }
+    out
+}
+
+/// Offers `requests` at `rate`/s (open model) and returns each answer in request order.
+async fn offer(
+    http: &reqwest::Client,
+    requests: Vec<(reqwest::Method, String, Option<String>)>,
+    rate: u64,
+    max_in_flight: usize,
+    label: &str,
+) -> Vec<Answer> {
+    let total = requests.len();
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} {per_sec}")
+            .unwrap()
+            .progress_chars("=> "),
+    );
+    bar.set_message(label.to_owned());
+    let gate = Arc::new(Semaphore::new(max_in_flight));
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(total);
+    for (k, (method, url, body)) in requests.into_iter().enumerate() {
+        let due = Duration::from_secs_f64(k as f64 / rate as f64);
+        tokio::time::sleep_until(tokio::time::Instant::from_std(start + due)).await;
+        let permit = gate.clone().acquire_owned().await.unwrap();
+        let (http, bar) = (http.clone(), bar.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut req = http.request(method, url);
+            if let Some(b) = body {
+                req = req.header("content-type", "application/json").body(b);
+            }
+            let (status, body) = match req.send().await {
+                Ok(r) => {
+                    let s = r.status().as_u16();
+                    (s, r.text().await.unwrap_or_default())
+                }
+                Err(e) => (0, e.to_string()),
+            };
+            drop(permit);
+            bar.inc(1);
+            Answer {
+                due,
+                done: start.elapsed(),
+                status,
+                body,
+            }
+        }));
+    }
+    let mut answers = Vec::with_capacity(total);
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    bar.finish_and_clear();
+    answers
+}
+
+fn histogram(answers: &[&Answer]) -> Histogram<u64> {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).unwrap();
+    for a in answers {
+        h.record(a.latency_us().max(1)).unwrap();
+    }
+    h
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+struct PhaseSummary {
+    name: String,
+    offered: f64,
+    achieved: f64,
+    p50: f64,
+    p99: f64,
+    outcomes: Vec<(String, usize)>,
+}
+
+fn summarize(name: &str, answers: &[Answer], offered: f64) -> PhaseSummary {
+    let last = answers.iter().map(|a| a.done).max().unwrap_or_default();
+    let all: Vec<&Answer> = answers.iter().collect();
+    let h = histogram(&all);
+    let mut outcomes: HashMap<String, usize> = HashMap::new();
+    for a in answers {
+        *outcomes.entry(a.outcome()).or_default() += 1;
+    }
+    let mut outcomes: Vec<_> = outcomes.into_iter().collect();
+    outcomes.sort();
+    PhaseSummary {
+        name: name.to_owned(),
+        offered,
+        achieved: answers.len() as f64 / last.as_secs_f64().max(1e-9),
+        p50: ms(h.value_at_quantile(0.5)),
+        p99: ms(h.value_at_quantile(0.99)),
+        outcomes,
+    }
+}
+
+async fn create_voucher(
+    http: &reqwest::Client,
+    base: &str,
+    code: &str,
+    args: &Args,
+    flash: bool,
+) -> anyhow::Result<()> {
+    let now = chrono::Utc::now();
+    let body = json!({
+        "code": code,
+        "discountAmount": 100_000,
+        "totalLimit": args.uses,
+        "perUserLimit": args.per_user_limit,
+        "startsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
+        "endsAt": (now + chrono::Duration::hours(2)).to_rfc3339(),
+        "flashSale": flash,
+    });
+    let resp = http
+        .post(format!("{base}/vouchers"))
+        .json(&body)
+        .send()
+        .await?;
+    if resp.status().as_u16() != 201 {
+        bail!(
+            "creating voucher {code}: {} {}",
+            resp.status(),
+            resp.text().await?
+        );
+    }
+    Ok(())
+}
+
+async fn voucher(http: &reqwest::Client, base: &str, code: &str) -> anyhow::Result<Value> {
+    Ok(http
+        .get(format!("{base}/vouchers/{code}"))
+        .send()
+        .await?
+        .json()
+        .await?)
+}
+
+/// Waits until the server's `usedCount` holds still (mode B lands events after the answers).
+async fn settled_view(
+    http: &reqwest::Client,
+    base: &str,
+    code: &str,
+    expect: i64,
+) -> anyhow::Result<Value> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut view = voucher(http, base, code).await?;
+    while view["usedCount"].as_i64() != Some(expect) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        view = voucher(http, base, code).await?;
+    }
+    Ok(view)
+}
+
+fn reserve_requests(
+    base: &str,
+    code: &str,
+    planned: &[Planned],
+) -> Vec<(reqwest::Method, String, Option<String>)> {
+    planned
+        .iter()
+        .map(|p| {
+            (
+                reqwest::Method::POST,
+                format!("{base}/vouchers/{code}/reservations"),
+                Some(
+                    json!({"customerId": p.customer, "orderId": p.order, "orderAmount": 500_000})
+                        .to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// One complete sale against `base`: burst, checks, confirm/release, report.
+async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result<()> {
+    let code = format!("SALE-{}", std::process::id() % 100_000);
+    let flash = !args.standard;
+    create_voucher(http, base, &code, args, flash).await?;
+    let total = (args.rate * args.duration) as usize;
+    let planned = plan(args, total, 42);
+    println!(
+        "flash sale on {base}: voucher {code} ({}), {} uses, {} req/s offered for {} s from {} customers \
+         ({:.0}% retries, {:.0}% reused orderIds)",
+        if flash { "flash-sale" } else { "standard" },
+        args.uses,
+        args.rate,
+        args.duration,
+        args.customers,
+        args.retry_share * 100.0,
+        args.conflict_share * 100.0
+    );
+    let count = |k: Kind| planned.iter().filter(|p| p.kind == k).count();
+    println!(
+        "{} requests: {} new orders, {} retries, {} reusing another customer's orderId",
+        planned.len(),
+        count(Kind::New),
+        count(Kind::Retry),
+        count(Kind::Conflict)
+    );
+    let answers = offer(
+        http,
+        reserve_requests(base, &code, &planned),
+        args.rate,
+        args.max_in_flight,
+        "reserve",
+    )
+    .await;
+
+    // --- checks ------------------------------------------------------------------------
+    let mut problems = Vec::new();
+    let mut by_order: HashMap<&str, Vec<(usize, &Planned, &Answer)>> = HashMap::new();
+    for (i, (p, a)) in planned.iter().zip(&answers).enumerate() {
+        by_order
+            .entry(p.order.as_str())
+            .or_default()
+            .push((i, p, a));
+    }
+    let mut winners: Vec<(String, i64, Duration)> = Vec::new();
+    let mut per_customer: HashMap<i64, i64> = HashMap::new();
+    let mut retries_checked = 0;
+    for (order, sends) in &by_order {
+        let won: Vec<_> = sends.iter().filter(|(_, _, a)| a.status == 201).collect();
+        if let Some((_, p, a)) = won.first() {
+            if won
+                .iter()
+                .any(|(_, q, b)| q.customer != p.customer || b.body != a.body)
+            {
+                problems.push(format!("{order}: different 201 answers"));
+            }
+            winners.push((
+                order.to_string(),
+                p.customer,
+                won.iter().map(|(_, _, a)| a.done).min().unwrap(),
+            ));
+            *per_customer.entry(p.customer).or_default() += 1;
+        }
+        // A customer who was granted this order got that same 201 on every send of it.
+        let mut granted: HashMap<i64, &Answer> = HashMap::new();
+        for (_, p, a) in sends {
+            if a.status == 201 {
+                granted.entry(p.customer).or_insert(a);
+            }
+        }
+        for (_, p, a) in sends {
+            if let Some(g) = granted.get(&p.customer) {
+                retries_checked += 1;
+                if (g.status, &g.body) != (a.status, &a.body) {
+                    problems.push(format!(
+                        "{order}: customer {} got {} and {}",
+                        p.customer, g.body, a.body
+                    ));
+                }
+            }
+        }
+    }
+    let over: Vec<_> = per_customer
+        .iter()
+        .filter(|(_, n)| **n > args.per_user_limit)
+        .collect();
+    if !over.is_empty() {
+        problems.push(format!("{} customers above the per-user limit", over.len()));
+    }
+    let demand_met = winners.len() as i64 == args.uses;
+    let view = settled_view(http, base, &code, winners.len() as i64).await?;
+    let used = view["usedCount"].as_i64().unwrap_or(-1);
+    if used != winners.len() as i64 {
+        problems.push(format!(
+            "server holds {used} uses, clients were granted {}",
+            winners.len()
+        ));
+    }
+    if used > args.uses {
+        problems.push(format!("OVER-ALLOCATED: {used} > {}", args.uses));
+    }
+
+    // --- confirm a share, release another ------------------------------------------------
+    winners.sort_by_key(|w| w.2);
+    let n_confirm = (winners.len() as f64 * args.confirm_share) as usize;
+    let n_release = (winners.len() as f64 * args.release_share) as usize;
+    let mut follow = Vec::new();
+    for (i, (order, _, _)) in winners.iter().enumerate() {
+        if i < n_confirm {
+            follow.push((
+                reqwest::Method::POST,
+                format!("{base}/vouchers/{code}/reservations/{order}/confirm"),
+                None,
+            ));
+        } else if i < n_confirm + n_release {
+            follow.push((
+                reqwest::Method::DELETE,
+                format!("{base}/vouchers/{code}/reservations/{order}"),
+                None,
+            ));
+        }
+    }
+    let rate = args.rate.clamp(1, 2000);
+    let after = offer(http, follow, rate, args.max_in_flight, "confirm/release").await;
+    let failed = after
+        .iter()
+        .filter(|a| a.status != 200 && a.status != 204)
+        .count();
+    if failed > 0 {
+        problems.push(format!("{failed} confirms/releases failed"));
+    }
+    let expect_used = winners.len() as i64 - n_release as i64;
+    let final_view = settled_view(http, base, &code, expect_used).await?;
+    if final_view["usedCount"].as_i64() != Some(expect_used)
+        || final_view["confirmedCount"].as_i64() != Some(n_confirm as i64)
+    {
+        problems.push(format!(
+            "after confirm/release: usedCount {} confirmedCount {}, expected {expect_used} and {n_confirm}",
+            final_view["usedCount"], final_view["confirmedCount"]
+        ));
+    }
+
+    // --- report --------------------------------------------------------------------------
+    let summary = summarize("reserve", &answers, args.rate as f64);
+    println!(
+        "\noffered {:.0} req/s, achieved {:.0} req/s over {} requests",
+        summary.offered,
+        summary.achieved,
+        answers.len()
+    );
+    println!("\n| outcome | count | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut outcome_rows = Vec::new();
+    for (outcome, count) in &summary.outcomes {
+        let these: Vec<&Answer> = answers.iter().filter(|a| &a.outcome() == outcome).collect();
+        let h = histogram(&these);
+        let row = json!({
+            "outcome": outcome, "count": count,
+            "p50": ms(h.value_at_quantile(0.5)), "p90": ms(h.value_at_quantile(0.9)),
+            "p99": ms(h.value_at_quantile(0.99)), "p999": ms(h.value_at_quantile(0.999)), "max": ms(h.max()),
+        });
+        println!(
+            "| {outcome} | {count} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            row["p50"].as_f64().unwrap(),
+            row["p90"].as_f64().unwrap(),
+            row["p99"].as_f64().unwrap(),
+            row["p999"].as_f64().unwrap(),
+            row["max"].as_f64().unwrap()
+        );
+        outcome_rows.push(row);
+    }
+    let all: Vec<&Answer> = answers.iter().collect();
+    let h = histogram(&all);
+    println!(
+        "| all | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+        answers.len(),
+        ms(h.value_at_quantile(0.5)),
+        ms(h.value_at_quantile(0.9)),
+        ms(h.value_at_quantile(0.99)),
+        ms(h.value_at_quantile(0.999)),
+        ms(h.max())
+    );
+    println!(
+        "\n{} winners, {} confirmed, {} released; {} answers to granted orders compared with their 201",
+        winners.len(),
+        n_confirm,
+        n_release,
+        retries_checked
+    );
+
+    std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out))?;
+    let json_path = format!("{}/flash-sale.json", args.out);
+    let summary_json = json!({
+        "base": base, "code": code, "flashSale": flash, "uses": args.uses,
+        "offeredRate": args.rate, "achievedRate": summary.achieved, "durationSeconds": args.duration,
+        "requests": answers.len(), "outcomes": outcome_rows, "winners": winners.len(),
+        "confirmed": n_confirm, "released": n_release, "retriesChecked": retries_checked,
+        "serverAfterBurst": view, "serverAfterFollowUp": final_view, "problems": problems,
+    });
+    std::fs::write(&json_path, serde_json::to_string_pretty(&summary_json)?)?;
+    let html_path = format!("{}/flash-sale.html", args.out);
+    std::fs::write(
+        &html_path,
+        report_html(&code, args, &answers, &winners, &summary_json),
+    )?;
+    println!("wrote {json_path} and {html_path}");
+
+    if !problems.is_empty() {
+        for p in problems.iter().take(20) {
+            eprintln!("PROBLEM: {p}");
+        }
+        bail!("{} problems", problems.len());
+    }
+    if demand_met {
+        println!("allocated exactly {}", args.uses);
+    } else {
+        println!(
+            "allocated {} of {} (demand was lower than the stock)",
+            winners.len(),
+            args.uses
+        );
+    }
+    Ok(())
+}
+
+/// A self-contained HTML page with two SVG charts: latency over time (p50 and p99 per 250 ms,
+/// by due time) and uses allocated over time.
+fn report_html(
+    code: &str,
+    args: &Args,
+    answers: &[Answer],
+    winners: &[(String, i64, Duration)],
+    summary: &Value,
+) -> String {
+    const W: f64 = 860.0;
+    const H: f64 = 260.0;
+    let span = answers
+        .iter()
+        .map(|a| a.done)
+        .max()
+        .unwrap_or_default()
+        .as_secs_f64()
+        .max(0.001);
+    let bucket = 0.25;
+    let n = (span / bucket).ceil() as usize + 1;
+    let mut buckets: Vec<Vec<u64>> = vec![Vec::new(); n];
+    for a in answers {
+        buckets[(a.due.as_secs_f64() / bucket) as usize].push(a.latency_us());
+    }
+    let pct = |v: &mut Vec<u64>, q: f64| -> Option<f64> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_unstable();
+        Some(ms(v[((v.len() - 1) as f64 * q) as usize]))
+    };
+    let mut p50 = Vec::new();
+    let mut p99 = Vec::new();
+    for (i, b) in buckets.iter_mut().enumerate() {
+        let t = i as f64 * bucket;
+        if let (Some(a), Some(b)) = (pct(b, 0.5), pct(b, 0.99)) {
+            p50.push((t, a));
+            p99.push((t, b));
+        }
+    }
+    let max_ms = p99.iter().map(|p| p.1).fold(1.0, f64::max);
+    let line = |points: &[(f64, f64)], ymax: f64, color: &str| {
+        let mut d = String::new();
+        for (i, (x, y)) in points.iter().enumerate() {
+            let _ = write!(
+                d,
+                "{}{:.1},{:.1} ",
+                if i == 0 { "M" } else { "L" },
+                50.0 + x / span * (W - 70.0),
+                H - 30.0 - y / ymax * (H - 50.0)
+            );
+        }
+        format!("<path d=\"{d}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\"/>")
+    };
+    let axes = |ymax: f64, unit: &str| {
+        format!(
+            "<line x1=\"50\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#888\"/><line x1=\"50\" y1=\"20\" x2=\"50\" y2=\"{b}\" stroke=\"#888\"/>\
+             <text x=\"46\" y=\"24\" text-anchor=\"end\" font-size=\"11\">{ymax:.0} {unit}</text>\
+             <text x=\"46\" y=\"{b}\" text-anchor=\"end\" font-size=\"11\">0</text>\
+             <text x=\"{r}\" y=\"{t}\" text-anchor=\"end\" font-size=\"11\">{span:.1} s</text>",
+            b = H - 30.0, r = W - 20.0, t = H - 12.0
+        )
+    };
+    let mut alloc = vec![(0.0, 0.0)];
+    let mut times: Vec<f64> = winners.iter().map(|w| w.2.as_secs_f64()).collect();
+    times.sort_by(f64::total_cmp);
+    for (i, t) in times.iter().enumerate() {
+        alloc.push((*t, (i + 1) as f64));
+    }
+    alloc.push((span, times.len() as f64));
+    let ymax_alloc = (args.uses as f64).max(1.0);
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Flashgate flash sale {code}</title>\
+         <style>body{{font-family:sans-serif;margin:2em;color:#222}}pre{{background:#f4f4f4;padding:1em}}</style></head><body>\
+         <h1>Flash sale on {code}</h1>\
+         <p>{uses} uses, {rate} req/s offered for {dur} s; latency measured from each request's due time (open model).</p>\
+         <h2>Latency over time (ms, p50 blue, p99 red, per 250 ms of due time)</h2>\
+         <svg width=\"{W}\" height=\"{H}\" xmlns=\"http://www.w3.org/2000/svg\">{ax1}{l50}{l99}</svg>\
+         <h2>Uses allocated over time</h2>\
+         <svg width=\"{W}\" height=\"{H}\" xmlns=\"http://www.w3.org/2000/svg\">{ax2}{la}</svg>\
+         <h2>Summary</h2><pre>{json}</pre></body></html>",
+        uses = args.uses,
+        rate = args.rate,
+        dur = args.duration,
+        ax1 = axes(max_ms, "ms"),
+        l50 = line(&p50, max_ms, "#1f6fd1"),
+        l99 = line(&p99, max_ms, "#d1321f"),
+        ax2 = axes(ymax_alloc, "uses"),
+        la = line(&alloc, ymax_alloc, "#2a9d3a"),
+        json = serde_json::to_string_pretty(summary).unwrap_or_default().replace('<', "&lt;"),
+    )
+}
+
+/// `--compare`: the same offered load against each path, in one process.
+async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
+    let db = format!("fg_flashsale_{}", std::process::id());
+    let total = (args.rate * args.duration) as usize;
+    let mut servers = vec![("A", None)];
+    if let Some(endpoint) = &args.sqs_endpoint {
+        servers.push(("B", Some(endpoint.clone())));
+    }
+    let mut bases = HashMap::new();
+    for (mode, endpoint) in &servers {
+        let mut env = vec![
+            (
+                "DATABASE_URL".to_owned(),
+                format!("{}/{db}", args.postgres.trim_end_matches('/')),
+            ),
+            ("REDIS_URL".to_owned(), args.redis.clone()),
+            ("REDIS_KEY_PREFIX".to_owned(), format!("{db}{mode}:")),
+            ("DATABASE_POOL_SIZE".to_owned(), "8".to_owned()),
+            ("SWEEP_INTERVAL_SECONDS".to_owned(), "0".to_owned()),
+        ];
+        if let Some(e) = endpoint {
+            env.push((
+                "EVENTS_QUEUE_URL".to_owned(),
+                format!("{e}/123456789012/{db}"),
+            ));
+            env.push(("SQS_ENDPOINT_URL".to_owned(), e.clone()));
+            env.push(("EVENTS_TIMEOUT_MS".to_owned(), "10000".to_owned()));
+        }
+        let settings = shared::Settings::from_lookup(|k| {
+            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })?;
+        let app = shared::App::new(&settings)?;
+        app.prepare_database().await?;
+        if let Some(events) = &app.events {
+            events.ensure_local_queue().await?;
+        }
+        let (listener, addr) = shared::server::bind("127.0.0.1", 0).await?;
+        tokio::spawn(shared::server::serve(
+            listener,
+            app,
+            shared::server::Background::from_settings(&settings),
+            std::future::pending(),
+        ));
+        bases.insert(*mode, format!("http://{addr}"));
+    }
+    let a = bases["A"].clone();
+    println!(
+        "compare: {} req/s offered for {} s per phase ({} requests), {} uses per voucher, one process, {} cores",
+        args.rate, args.duration, total, args.uses,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let mut phases = Vec::new();
+    let live: Vec<_> = (0..total)
+        .map(|_| (reqwest::Method::GET, format!("{a}/health/live"), None))
+        .collect();
+    phases.push(summarize(
+        "ceiling: GET /health/live",
+        &offer(http, live, args.rate, args.max_in_flight, "ceiling").await,
+        args.rate as f64,
+    ));
+
+    let planned = plan(args, total, 7);
+    let mut runs: Vec<(String, String, bool)> = vec![
+        ("standard".into(), a.clone(), false),
+        ("flash, mode A".into(), a.clone(), true),
+    ];
+    if let Some(b) = bases.get("B") {
+        runs.push(("flash, mode B".into(), b.clone(), true));
+    }
+    let mut sold_out_code = None;
+    for (i, (name, base, flash)) in runs.iter().enumerate() {
+        let code = format!("CMP{i}");
+        create_voucher(http, base, &code, args, *flash).await?;
+        let answers = offer(
+            http,
+            reserve_requests(base, &code, &planned),
+            args.rate,
+            args.max_in_flight,
+            name,
+        )
+        .await;
+        let granted = answers
+            .iter()
+            .filter(|a| a.status == 201)
+            .map(|a| &a.body)
+            .collect::<std::collections::HashSet<_>>()
+            .len() as i64;
+        let view = settled_view(http, base, &code, granted).await?;
+        println!(
+            "{name}: {granted} granted, server usedCount {}",
+            view["usedCount"]
+        );
+        if view["usedCount"].as_i64().unwrap_or(0) > args.uses {
+            bail!("{name} over-allocated");
+        }
+        if name == "flash, mode A" {
+            sold_out_code = Some(code.clone());
+        }
+        phases.push(summarize(name, &answers, args.rate as f64));
+    }
+    if let Some(code) = sold_out_code {
+        let later: Vec<Planned> = plan(args, total, 99)
+            .into_iter()
+            .map(|mut p| {
+                p.order = format!("late-{}", p.order);
+                p
+            })
+            .collect();
+        let answers = offer(
+            http,
+            reserve_requests(&a, &code, &later),
+            args.rate,
+            args.max_in_flight,
+            "sold out",
+        )
+        .await;
+        phases.push(summarize("flash, sold out", &answers, args.rate as f64));
+    }
+    let ceiling = phases[0].achieved;
+    println!("\n| phase | offered req/s | achieved req/s | ratio to ceiling | p50 ms | p99 ms | outcomes |");
+    println!("|---|---|---|---|---|---|---|");
+    for p in &phases {
+        let outcomes: Vec<String> = p.outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
+        println!(
+            "| {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} |",
+            p.name,
+            p.offered,
+            p.achieved,
+            p.achieved / ceiling,
+            p.p50,
+            p.p99,
+            outcomes.join(", ")
+        );
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.max_in_flight)
+        .timeout(Duration::from_secs(60))
+        .build()?;
+    if args.compare {
+        compare(&args, &http).await
+    } else {
+        sale(&args, &http, args.base_url.trim_end_matches('/')).await
+    }
+}
