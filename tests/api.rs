@@ -783,32 +783,16 @@ async fn health_reports_its_dependencies() {
     );
 
     // Postgres unreachable: 503, quickly.
-    let settings = shared::Settings::from_lookup(|k| match k {
-        "DATABASE_URL" => Some("postgres://postgres@127.0.0.1:1/none".into()),
-        _ => None,
-    })
-    .unwrap();
-    let dead = shared::App::new(&settings).unwrap();
-    let (listener, addr) = shared::server::bind("127.0.0.1", 0).await.unwrap();
-    tokio::spawn(shared::server::serve(
-        listener,
-        dead,
-        shared::server::Background::NONE,
-        std::future::pending(),
-    ));
+    let dead =
+        common::serve_with(&[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")]).await;
     let started = std::time::Instant::now();
-    let resp = app
-        .http
-        .get(format!("http://{addr}/health"))
-        .send()
-        .await
-        .unwrap();
+    let resp = app.http.get(format!("{dead}/health")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["postgres"], "down");
     let resp = app
         .http
-        .post(format!("http://{addr}/vouchers/ANY/reservations"))
+        .post(format!("{dead}/vouchers/ANY/reservations"))
         .body(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#)
         .send()
         .await

@@ -285,25 +285,17 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
     let app = TestApp::spawn_with(&[]).await;
     app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
     // A second server on the same database whose Redis is the silent one.
-    let settings = shared::Settings::from_lookup(|k| match k {
-        "DATABASE_URL" => Some(format!("{}/{}", common::postgres_base(), app.db_name)),
-        "REDIS_URL" => Some(silent_url.clone()),
-        "REDIS_TIMEOUT_MS" => Some("500".into()),
-        _ => None,
-    })
-    .unwrap();
-    let other = shared::App::new(&settings).unwrap();
-    let (listener, addr) = shared::server::bind("127.0.0.1", 0).await.unwrap();
-    tokio::spawn(shared::server::serve(
-        listener,
-        other,
-        shared::server::Background::NONE,
-        std::future::pending(),
-    ));
+    let db_url = format!("{}/{}", common::postgres_base(), app.db_name);
+    let other = common::serve_with(&[
+        ("DATABASE_URL", &db_url),
+        ("REDIS_URL", &silent_url),
+        ("REDIS_TIMEOUT_MS", "500"),
+    ])
+    .await;
     let started = Instant::now();
     let resp = app
         .http
-        .post(format!("http://{addr}/vouchers/FLASHY/reservations"))
+        .post(format!("{other}/vouchers/FLASHY/reservations"))
         .body(r#"{"customerId":2,"orderId":"o2","orderAmount":10}"#)
         .send()
         .await

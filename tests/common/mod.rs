@@ -22,6 +22,27 @@ pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
 
+/// Starts one more server, HTTP only, on `settings` (a second process with another set-up,
+/// e.g. a dead dependency), and returns its base URL.
+pub async fn serve_with(settings: &[(&str, &str)]) -> String {
+    let settings = Settings::from_lookup(|k| {
+        settings
+            .iter()
+            .find(|(name, _)| *name == k)
+            .map(|(_, v)| v.to_string())
+    })
+    .unwrap();
+    let app = App::new(&settings).unwrap();
+    let (listener, addr) = server::bind("127.0.0.1", 0).await.unwrap();
+    tokio::spawn(server::serve(
+        listener,
+        app,
+        server::Background::NONE,
+        std::future::pending(),
+    ));
+    format!("http://{addr}")
+}
+
 pub fn sqs_endpoint() -> String {
     std::env::var("TEST_SQS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:9324".to_owned())
 }
