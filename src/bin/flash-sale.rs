@@ -618,7 +618,7 @@ fn report_html(
                 d,
                 "{}{:.1},{:.1} ",
                 if i == 0 { "M" } else { "L" },
-                50.0 + x / span * (W - 70.0),
+                80.0 + x / span * (W - 100.0),
                 H - 30.0 - y / ymax * (H - 50.0)
             );
         }
@@ -626,9 +626,9 @@ fn report_html(
     };
     let axes = |ymax: f64, unit: &str| {
         format!(
-            "<line x1=\"50\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#888\"/><line x1=\"50\" y1=\"20\" x2=\"50\" y2=\"{b}\" stroke=\"#888\"/>\
-             <text x=\"46\" y=\"24\" text-anchor=\"end\" font-size=\"11\">{ymax:.0} {unit}</text>\
-             <text x=\"46\" y=\"{b}\" text-anchor=\"end\" font-size=\"11\">0</text>\
+            "<line x1=\"80\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#888\"/><line x1=\"80\" y1=\"20\" x2=\"80\" y2=\"{b}\" stroke=\"#888\"/>\
+             <text x=\"76\" y=\"24\" text-anchor=\"end\" font-size=\"11\">{ymax:.0} {unit}</text>\
+             <text x=\"76\" y=\"{b}\" text-anchor=\"end\" font-size=\"11\">0</text>\
              <text x=\"{r}\" y=\"{t}\" text-anchor=\"end\" font-size=\"11\">{span:.1} s</text>",
             b = H - 30.0, r = W - 20.0, t = H - 12.0
         )
