@@ -208,13 +208,7 @@ async fn drift_in_the_gate_is_reported_and_repaired_when_nothing_is_in_flight() 
     }
     // Let the pending marks clear (they are cleared off the request path).
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut r = app.redis().await;
-    let _: () = redis::cmd("SET")
-        .arg(app.gate_key("DRIFT", "remaining"))
-        .arg(5)
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    app.set_gate_remaining("DRIFT", 5).await;
 
     let report = app.app.sweep().await.unwrap();
     assert_eq!(
@@ -233,12 +227,7 @@ async fn drift_in_the_gate_is_reported_and_repaired_when_nothing_is_in_flight() 
         .reserve(&code("DRIFT"), 50, "flying", 10, now)
         .await
         .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg(app.gate_key("DRIFT", "remaining"))
-        .arg(3)
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    app.set_gate_remaining("DRIFT", 3).await;
     let report = app.app.sweep().await.unwrap();
     assert_eq!(
         (report.drift_found, report.drift_repaired),

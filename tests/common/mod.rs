@@ -315,6 +315,17 @@ impl TestApp {
             .unwrap()
     }
 
+    /// Overwrites the gate's `remaining`, as drift would.
+    pub async fn set_gate_remaining(&self, code: &str, remaining: i64) {
+        let mut r = self.redis().await;
+        let _: () = redis::cmd("SET")
+            .arg(self.gate_key(code, "remaining"))
+            .arg(remaining)
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    }
+
     /// Deletes every gate key of this test: Redis "restarted empty" for this test alone.
     pub async fn flush_gate(&self) {
         let mut r = self.redis().await;
