@@ -43,7 +43,7 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     telemetry::init();
-    let settings = Settings::from_env()?;
+    let settings = Settings::load().await?;
     let app = App::new(&settings)?;
     match cli.command {
         Command::Migrate => {

@@ -83,7 +83,8 @@ impl App {
 
     /// Creates the database if missing and applies migrations: what `serve` does before it
     /// listens, and what `migrate` does alone.
-    pub async fn prepare_database(&self) -> Result<(), StoreError> {
+    /// Answers the migrations it applied (none when the schema was current).
+    pub async fn prepare_database(&self) -> Result<Vec<String>, StoreError> {
         self.store.ensure_database().await?;
         self.store.migrate().await
     }

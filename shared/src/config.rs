@@ -3,6 +3,10 @@
 //! Every binary (local server, CLI, Lambda functions) reads the same `Settings`, so a variable
 //! means the same thing wherever it is set. The database URL may carry a password, so it is kept
 //! in a `SecretString` and never printed by `Debug`.
+//!
+//! In AWS the database password is not in the environment at all: `DATABASE_SECRET_ARN` names
+//! the Secrets Manager secret (`{"username": .., "password": ..}`, the shape RDS and
+//! `template.yaml` generate) and [`Settings::load`] reads it once, at cold start.
 
 use std::time::Duration;
 
@@ -14,6 +18,11 @@ pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub database_url: SecretString,
+    /// Secrets Manager secret holding the database user and password (they then override the
+    /// URL's).
+    pub database_secret_arn: Option<String>,
+    /// Read from `database_secret_arn` by [`Settings::load`].
+    pub database_credentials: Option<DatabaseCredentials>,
     pub redis_url: String,
     /// Local server port; 0 asks the OS for a free one (the chosen address is logged).
     pub port: u16,
@@ -38,12 +47,22 @@ pub struct Settings {
     /// An order pending in the gate this long past its TTL, with no Postgres row, is an orphan.
     pub orphan_grace: Duration,
     /// SQS endpoint override (a local SQS such as moto); dummy credentials are used with it.
+    /// Defaults to `AWS_ENDPOINT_URL`.
     pub sqs_endpoint_url: Option<String>,
+    /// Endpoint override for every AWS service (Secrets Manager, and SQS unless set apart).
+    pub aws_endpoint_url: Option<String>,
     pub aws_region: String,
     /// `flashgate serve` consumes the queue itself (off when a consumer runs elsewhere).
     pub events_poll: bool,
     /// Bound on sending one event: past it the reserve answers 503.
     pub events_timeout: Duration,
+}
+
+/// The database login kept in Secrets Manager.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct DatabaseCredentials {
+    pub username: String,
+    pub password: SecretString,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +73,48 @@ pub struct ConfigError {
 }
 
 impl Settings {
+    /// The environment, then the secrets it names: what every binary calls at start.
+    pub async fn load() -> Result<Self, ConfigError> {
+        let mut settings = Self::from_env()?;
+        settings.resolve_secrets().await?;
+        Ok(settings)
+    }
+
+    /// Reads the database credentials from Secrets Manager when `DATABASE_SECRET_ARN` is set.
+    pub async fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        let Some(arn) = &self.database_secret_arn else {
+            return Ok(());
+        };
+        let problem = |problem: String| ConfigError {
+            name: "DATABASE_SECRET_ARN",
+            problem,
+        };
+        let sdk = crate::aws::sdk_config(self.aws_endpoint_url.as_deref(), &self.aws_region).await;
+        let secret = aws_sdk_secretsmanager::Client::new(&sdk)
+            .get_secret_value()
+            .secret_id(arn)
+            .send()
+            .await
+            .map_err(|e| {
+                problem(format!(
+                    "secret {arn} could not be read: {}",
+                    aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+                ))
+            })?;
+        let text = secret
+            .secret_string()
+            .ok_or_else(|| problem(format!("secret {arn} has no string value")))?;
+        let credentials: DatabaseCredentials = serde_json::from_str(text).map_err(|e| {
+            // The secret's text is never echoed: it holds the password.
+            problem(format!(
+                "secret {arn} is not {{\"username\": .., \"password\": ..}} JSON ({:?} error)",
+                e.classify()
+            ))
+        })?;
+        self.database_credentials = Some(credentials);
+        Ok(())
+    }
+
     /// Defaults overridden by the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|name| std::env::var(name).ok())
@@ -66,6 +127,8 @@ impl Settings {
             database_url: SecretString::from(
                 get("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
             ),
+            database_secret_arn: get("DATABASE_SECRET_ARN"),
+            database_credentials: None,
             redis_url: get("REDIS_URL").unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
             port: parse(&get, "PORT", 3000)?,
             sweep_interval: Duration::from_secs(parse(&get, "SWEEP_INTERVAL_SECONDS", 60)?),
@@ -78,7 +141,8 @@ impl Settings {
             sold_out_ttl: Duration::from_millis(parse(&get, "SOLD_OUT_CACHE_MS", 1000)?),
             warmup_lead: Duration::from_secs(parse(&get, "WARMUP_LEAD_SECONDS", 600)?),
             orphan_grace: Duration::from_secs(parse(&get, "ORPHAN_GRACE_SECONDS", 60)?),
-            sqs_endpoint_url: get("SQS_ENDPOINT_URL"),
+            sqs_endpoint_url: get("SQS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT_URL")),
+            aws_endpoint_url: get("AWS_ENDPOINT_URL"),
             aws_region: get("AWS_REGION")
                 .or_else(|| get("AWS_DEFAULT_REGION"))
                 .unwrap_or_else(|| "us-east-1".to_owned()),

@@ -12,7 +12,7 @@ pub enum StoreError {
     Config(#[source] tokio_postgres::Error),
     #[error("no database connection: {0}")]
     Pool(String),
-    #[error("database error: {0}")]
+    #[error("database error: {}", postgres_detail(.0))]
     Postgres(#[from] tokio_postgres::Error),
     #[error("migration failed: {0}")]
     Migration(String),
@@ -20,6 +20,15 @@ pub enum StoreError {
     NoRow,
     #[error("database returned an unexpected outcome {0:?}")]
     UnexpectedOutcome(String),
+}
+
+/// `tokio_postgres::Error` prints "db error" alone for a server error; the server's message
+/// (e.g. an unknown role) is what an operator needs in the log.
+fn postgres_detail(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -105,30 +105,7 @@ impl Events {
     pub async fn client(&self) -> &Client {
         self.client
             .get_or_init(|| async {
-                let region = aws_sdk_sqs::config::Region::new(self.region.clone());
-                match &self.endpoint {
-                    // A local endpoint: no credential chain to walk, dummy keys will do.
-                    Some(endpoint) => Client::from_conf(
-                        aws_sdk_sqs::Config::builder()
-                            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-                            .region(region)
-                            .endpoint_url(endpoint)
-                            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                                "local",
-                                "local",
-                                None,
-                                None,
-                                "flashgate",
-                            ))
-                            .build(),
-                    ),
-                    None => Client::new(
-                        &aws_config::defaults(aws_config::BehaviorVersion::latest())
-                            .region(region)
-                            .load()
-                            .await,
-                    ),
-                }
+                Client::new(&crate::aws::sdk_config(self.endpoint.as_deref(), &self.region).await)
             })
             .await
     }

@@ -8,27 +8,28 @@ use lambda_runtime::{service_fn, LambdaEvent};
 use crate::sweeper::SweepReport;
 use crate::{app::App, config::Settings, consumer, http, telemetry};
 
-fn app() -> Result<App, lambda_runtime::Error> {
+/// Built once per execution environment (cold start), then borrowed by every invocation.
+async fn app() -> Result<App, lambda_runtime::Error> {
     telemetry::init();
-    let settings = Settings::from_env()?;
+    let settings = Settings::load().await?;
     Ok(App::new(&settings)?)
 }
 
 /// An HTTP function: its family of routes of the shared router, through `lambda_http`.
 pub async fn run(routes: http::Routes) -> Result<(), lambda_http::Error> {
-    lambda_http::run(http::router(app()?, routes)).await
+    lambda_http::run(http::router(app().await?, routes)).await
 }
 
 /// The sweeper function: one sweep per scheduled event.
 pub async fn run_sweeper() -> Result<(), lambda_runtime::Error> {
-    let app = app()?;
+    let app = app().await?;
     let app = &app;
     lambda_runtime::run(service_fn(move |event| sweep_handler(app, event))).await
 }
 
 /// The consumer function: one SQS batch per invocation, failures reported per message.
 pub async fn run_consumer() -> Result<(), lambda_runtime::Error> {
-    let app = app()?;
+    let app = app().await?;
     let app = &app;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
@@ -36,6 +37,23 @@ pub async fn run_consumer() -> Result<(), lambda_runtime::Error> {
         )
     }))
     .await
+}
+
+/// The migrate function: applies pending migrations when invoked (after each deploy; see
+/// docs/DEPLOY.md). Its input is ignored; it answers the migrations it applied.
+pub async fn run_migrate() -> Result<(), lambda_runtime::Error> {
+    let app = app().await?;
+    let app = &app;
+    lambda_runtime::run(service_fn(move |event| migrate_handler(app, event))).await
+}
+
+/// Handles one invocation of the migrate function (its input is not needed).
+pub async fn migrate_handler(
+    app: &App,
+    _event: LambdaEvent<serde_json::Value>,
+) -> Result<serde_json::Value, lambda_runtime::Error> {
+    let applied = app.prepare_database().await?;
+    Ok(serde_json::json!({ "applied": applied }))
 }
 
 /// Handles one EventBridge scheduled event (its content is not needed).

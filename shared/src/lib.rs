@@ -21,6 +21,7 @@
 //!   every Lambda function calls with its route family.
 
 pub mod app;
+pub mod aws;
 pub mod config;
 pub mod consumer;
 pub mod domain;
@@ -33,6 +34,7 @@ pub mod server;
 pub mod store;
 pub mod sweeper;
 pub mod telemetry;
+pub mod tls;
 
 pub use app::App;
 pub use config::Settings;

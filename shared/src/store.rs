@@ -12,6 +12,8 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{error::SqlState, types::Type, NoTls, Row};
 
+use secrecy::ExposeSecret;
+
 use crate::config::Settings;
 use crate::domain::{
     Confirmation, NewVoucher, OrderId, ReleaseReason, Reservation, ReservationView, Reserve,
@@ -22,6 +24,7 @@ use crate::errors::{
     ReserveError, StoreError,
 };
 use crate::gate::Meta;
+use crate::tls;
 
 mod embedded {
     refinery::embed_migrations!("../migrations");
@@ -33,7 +36,9 @@ const MIGRATION_LOCK: i64 = 0x666c_6173_6867_6174; // "flashgat"
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
-    url: String,
+    /// The pool's connection settings, credentials included (the maintenance connection of
+    /// `ensure_database` reuses them).
+    pg: tokio_postgres::Config,
 }
 
 /// One status change for [`Store::merge`]: the arguments of `fg_merge`.
@@ -113,20 +118,30 @@ pub struct RowFacts {
 impl Store {
     /// Builds the pool; no connection is made until the first query.
     pub fn connect(settings: &Settings) -> Result<Store, StoreError> {
-        let url = settings.database_url().to_owned();
-        let mut pg: tokio_postgres::Config = url.parse().map_err(StoreError::Config)?;
+        let mut pg: tokio_postgres::Config = settings
+            .database_url()
+            .parse()
+            .map_err(StoreError::Config)?;
+        // Credentials read from Secrets Manager (DATABASE_SECRET_ARN) win over the URL's.
+        if let Some(credentials) = &settings.database_credentials {
+            pg.user(&credentials.username);
+            pg.password(credentials.password.expose_secret());
+        }
         // A dead database must turn into a fast 503, not a hung request.
         pg.connect_timeout(Duration::from_secs(2));
         if pg.get_application_name().is_none() {
             pg.application_name("flashgate");
         }
-        let manager = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = if tls::postgres_requires_tls(&pg) {
+            let connector =
+                tls::postgres_connector().map_err(|e| StoreError::Pool(e.to_string()))?;
+            Manager::from_config(pg.clone(), connector, manager_config)
+        } else {
+            Manager::from_config(pg.clone(), NoTls, manager_config)
+        };
         let pool = Pool::builder(manager)
             .max_size(settings.database_pool_size.max(1))
             .runtime(Runtime::Tokio1)
@@ -135,7 +150,7 @@ impl Store {
             .recycle_timeout(Some(settings.database_timeout))
             .build()
             .map_err(|e| StoreError::Pool(e.to_string()))?;
-        Ok(Store { pool, url })
+        Ok(Store { pool, pg })
     }
 
     /// A pooled connection for code outside this module that needs plain SQL (benchmarks,
@@ -153,12 +168,21 @@ impl Store {
 
     /// Creates the database named in the URL if it does not exist yet (local runs, tests).
     pub async fn ensure_database(&self) -> Result<(), StoreError> {
-        let mut cfg: tokio_postgres::Config = self.url.parse().map_err(StoreError::Config)?;
+        let mut cfg = self.pg.clone();
         let name = cfg.get_dbname().unwrap_or("postgres").to_owned();
         cfg.dbname("postgres");
         cfg.connect_timeout(Duration::from_secs(5));
-        let (client, conn) = cfg.connect(NoTls).await?;
-        tokio::spawn(conn);
+        let client = if tls::postgres_requires_tls(&cfg) {
+            let connector =
+                tls::postgres_connector().map_err(|e| StoreError::Pool(e.to_string()))?;
+            let (client, conn) = cfg.connect(connector).await?;
+            tokio::spawn(conn);
+            client
+        } else {
+            let (client, conn) = cfg.connect(NoTls).await?;
+            tokio::spawn(conn);
+            client
+        };
         let exists = client
             .query_typed(
                 "SELECT 1 FROM pg_database WHERE datname = $1",
@@ -179,8 +203,8 @@ impl Store {
         Ok(())
     }
 
-    /// Applies pending migrations under an advisory lock.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
+    /// Applies pending migrations under an advisory lock; answers the ones it applied.
+    pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
         let mut client = self.client().await?;
         client
             .batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
@@ -191,10 +215,15 @@ impl Store {
             .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
             .await?;
         let report = report.map_err(|e| StoreError::Migration(e.to_string()))?;
-        for m in report.applied_migrations() {
+        let applied: Vec<String> = report
+            .applied_migrations()
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        for m in &applied {
             tracing::info!(migration = %m, "applied migration");
         }
-        Ok(())
+        Ok(applied)
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

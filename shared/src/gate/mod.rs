@@ -149,6 +149,8 @@ impl Gate {
         timeout: Duration,
         prefix: &str,
     ) -> Result<Gate, GateError> {
+        // `rediss://` URLs (ElastiCache with encryption in transit) go through rustls.
+        crate::tls::install_crypto_provider();
         let (single, cluster) = if cluster {
             let nodes: Vec<&str> = url.split(',').map(str::trim).collect();
             let client = redis::cluster::ClusterClient::builder(nodes)

@@ -1,0 +1,105 @@
+//! What a deployed function reads from AWS at cold start, against a real local endpoint (moto):
+//! the database login from Secrets Manager, and the migrate function's handler.
+
+mod common;
+
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::json;
+use shared::{App, Settings};
+
+fn settings(vars: Vec<(&'static str, String)>) -> Settings {
+    Settings::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+        .expect("settings")
+}
+
+async fn secrets() -> aws_sdk_secretsmanager::Client {
+    let sdk = shared::aws::sdk_config(Some(&common::sqs_endpoint()), "us-east-1").await;
+    aws_sdk_secretsmanager::Client::new(&sdk)
+}
+
+async fn create_secret(name: &str, text: &str) -> String {
+    secrets()
+        .await
+        .create_secret()
+        .name(name)
+        .secret_string(text)
+        .send()
+        .await
+        .expect("create secret")
+        .arn()
+        .expect("arn")
+        .to_owned()
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+#[tokio::test]
+async fn the_database_login_comes_from_secrets_manager_and_migrate_applies_the_schema() {
+    let db_name = unique("fg_test_secret");
+    // A URL whose user does not exist: only the secret's user can log in.
+    let base = common::postgres_base();
+    let url = format!(
+        "{}/{db_name}",
+        base.replacen("postgres@", "no_such_user@", 1)
+    );
+    assert_ne!(
+        url,
+        format!("{base}/{db_name}"),
+        "the test needs a user in the base URL"
+    );
+    let arn = create_secret(
+        &db_name,
+        &json!({"username": "postgres", "password": "unused-under-trust-auth"}).to_string(),
+    )
+    .await;
+
+    // Without the secret the URL's user is refused...
+    let bare = App::new(&settings(vec![("DATABASE_URL", url.clone())])).unwrap();
+    let err = bare.prepare_database().await.unwrap_err().to_string();
+    assert!(err.contains("no_such_user"), "{err}");
+
+    // ...with it, the migrate function's handler creates the database and applies everything.
+    let mut with_secret = settings(vec![
+        ("DATABASE_URL", url),
+        ("DATABASE_SECRET_ARN", arn),
+        ("AWS_ENDPOINT_URL", common::sqs_endpoint()),
+    ]);
+    with_secret.resolve_secrets().await.expect("secret read");
+    assert!(!format!("{with_secret:?}").contains("unused-under-trust-auth"));
+    let app = App::new(&with_secret).unwrap();
+    let event = LambdaEvent::new(json!({}), Context::default());
+    let first = shared::lambda::migrate_handler(&app, event.clone())
+        .await
+        .expect("migrate");
+    let applied = first["applied"].as_array().expect("applied list");
+    assert_eq!(applied.len(), 2, "{first}");
+    // A second invocation (the next deploy) has nothing left to do.
+    let second = shared::lambda::migrate_handler(&app, event).await.unwrap();
+    assert_eq!(second, json!({"applied": []}));
+}
+
+#[tokio::test]
+async fn a_missing_or_malformed_secret_is_a_clear_start_up_error() {
+    let missing = "arn:aws:secretsmanager:us-east-1:123456789012:secret:flashgate-absent-AbCdEf";
+    let mut s = settings(vec![
+        ("DATABASE_SECRET_ARN", missing.to_owned()),
+        ("AWS_ENDPOINT_URL", common::sqs_endpoint()),
+    ]);
+    let err = s.resolve_secrets().await.unwrap_err().to_string();
+    assert!(err.contains("DATABASE_SECRET_ARN"), "{err}");
+    assert!(err.contains("could not be read"), "{err}");
+
+    let arn = create_secret(&unique("flashgate_bad"), "{\"user\": \"hunter2\"}").await;
+    let mut s = settings(vec![
+        ("DATABASE_SECRET_ARN", arn),
+        ("AWS_ENDPOINT_URL", common::sqs_endpoint()),
+    ]);
+    let err = s.resolve_secrets().await.unwrap_err().to_string();
+    assert!(err.contains("is not {\"username\""), "{err}");
+    assert!(
+        !err.contains("hunter2"),
+        "the secret's text must not be echoed: {err}"
+    );
+}
