@@ -54,3 +54,26 @@ async fn a_function_serves_only_its_own_family() {
     assert_eq!(body["error"], "NOT_FOUND");
     assert_eq!(app.view("LAMBDA-SALE").await["usedCount"], 0);
 }
+
+/// The SQS batch kept for the `cargo lambda watch` smoke test is one the consumer accepts.
+#[tokio::test]
+async fn consumer_lands_the_sqs_fixture_event() {
+    let app = TestApp::spawn().await;
+    app.voucher("SMOKE-EVENTS", 5, json!({})).await;
+    let batch = serde_json::from_str(include_str!("fixtures/sqs-voucher-reserved.json"))
+        .expect("fixture is an SQS event");
+    let answer = shared::consumer::handle_batch(&app.app, batch).await;
+    assert!(answer.batch_item_failures.is_empty());
+    let (status, body) = app
+        .call(
+            "GET",
+            "/vouchers/SMOKE-EVENTS/reservations/smoke-event-1",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let row: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(row["status"], "RESERVED");
+    assert_eq!(row["customerId"], 7);
+    assert_eq!(app.view("SMOKE-EVENTS").await["usedCount"], 1);
+}

@@ -1,0 +1,189 @@
+//! Encryption in transit to Redis (ElastiCache runs with TLS required): a `rediss://` URL goes
+//! through rustls and verifies the server against the trusted roots. A real redis-server with
+//! TLS on, its certificate signed by a CA made for the test, trusted through `SSL_CERT_FILE`.
+//!
+//! Its own test binary: `SSL_CERT_FILE` is process-wide.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::TestApp;
+use serde_json::{json, Value};
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, and a server certificate for localhost signed by it.
+fn certificates() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-subj",
+            "/CN=flashgate test CA",
+        ],
+    );
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.pem",
+        ],
+    );
+    dir
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start_tls_redis(dir: &Path, port: u16) -> Server {
+    let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+        .args([
+            "--tls-cert-file",
+            &path("server.pem"),
+            "--tls-key-file",
+            &path("server.key"),
+        ])
+        .args(["--tls-ca-cert-file", &path("ca.pem")])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server starts");
+    let server = Server(child);
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("redis-server with TLS did not listen on {port}");
+}
+
+#[tokio::test]
+async fn a_flash_sale_runs_through_a_tls_redis() {
+    let dir = certificates();
+    // Read by rustls-native-certs when a client is built: this process trusts the test CA.
+    std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem"));
+    let port = free_port();
+    let _redis = start_tls_redis(&dir, port).await;
+
+    // Clear text to a TLS port gets nowhere: health reports the gate down.
+    let plain = format!("redis://localhost:{port}");
+    let app = TestApp::spawn_with(&[("REDIS_URL", &plain), ("REDIS_TIMEOUT_MS", "500")]).await;
+    let health: Value = app
+        .http
+        .get(app.url("/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["redis"], "down", "{health}");
+
+    let tls = format!("rediss://localhost:{port}");
+    let app = TestApp::spawn_with(&[("REDIS_URL", &tls)]).await;
+    let health: Value = app
+        .http
+        .get(app.url("/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["redis"], "up", "{health}");
+
+    app.voucher("TLS-SALE", 1, json!({"flashSale": true})).await;
+    let (status, body) = app.reserve("TLS-SALE", 1, "tls-1", 50_000).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = app.reserve("TLS-SALE", 2, "tls-2", 50_000).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(app.view("TLS-SALE").await["usedCount"], 1);
+}
