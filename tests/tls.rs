@@ -26,12 +26,11 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-/// A CA, and a server certificate for localhost signed by it.
-fn certificates() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A self-signed CA certificate and its key.
+fn make_ca(dir: &Path, name: &str) {
+    let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
     openssl(
-        &dir,
+        dir,
         &[
             "req",
             "-x509",
@@ -41,13 +40,21 @@ fn certificates() -> PathBuf {
             "-days",
             "2",
             "-keyout",
-            "ca.key",
+            &key,
             "-out",
-            "ca.pem",
+            &pem,
             "-subj",
-            "/CN=flashgate test CA",
+            &format!("/CN=flashgate test {name}"),
         ],
     );
+}
+
+/// A CA, a server certificate for localhost signed by it, and an unrelated CA.
+fn certificates() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    make_ca(&dir, "ca");
+    make_ca(&dir, "other-ca");
     openssl(
         &dir,
         &[
@@ -148,8 +155,6 @@ async fn start_tls_redis(dir: &Path, port: u16) -> Server {
 #[tokio::test]
 async fn a_flash_sale_runs_through_a_tls_redis() {
     let dir = certificates();
-    // Read by rustls-native-certs when a client is built: this process trusts the test CA.
-    std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem"));
     let port = free_port();
     let _redis = start_tls_redis(&dir, port).await;
 
@@ -167,7 +172,24 @@ async fn a_flash_sale_runs_through_a_tls_redis() {
         .unwrap();
     assert_eq!(health["redis"], "down", "{health}");
 
+    // Read by rustls-native-certs when a client is built. Trusting only an unrelated CA, the
+    // server's certificate is refused: verification is on.
+    std::env::set_var("SSL_CERT_FILE", dir.join("other-ca.pem"));
     let tls = format!("rediss://localhost:{port}");
+    let app = TestApp::spawn_with(&[("REDIS_URL", &tls), ("REDIS_TIMEOUT_MS", "500")]).await;
+    let health: Value = app
+        .http
+        .get(app.url("/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["redis"], "down", "{health}");
+
+    // Trusting the CA that signed it, the same URL works.
+    std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem"));
     let app = TestApp::spawn_with(&[("REDIS_URL", &tls)]).await;
     let health: Value = app
         .http

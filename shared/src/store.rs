@@ -39,6 +39,9 @@ pub struct Store {
     /// The pool's connection settings, credentials included (the maintenance connection of
     /// `ensure_database` reuses them).
     pg: tokio_postgres::Config,
+    /// Built once when `sslmode` asks for TLS (it reads the system's roots), shared by the
+    /// pool and that maintenance connection.
+    tls: Option<tls::PostgresTls>,
 }
 
 /// One status change for [`Store::merge`]: the arguments of `fg_merge`.
@@ -135,12 +138,14 @@ impl Store {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
-        let manager = if tls::postgres_requires_tls(&pg) {
-            let connector =
-                tls::postgres_connector().map_err(|e| StoreError::Pool(e.to_string()))?;
-            Manager::from_config(pg.clone(), connector, manager_config)
+        let tls = if tls::postgres_requires_tls(&pg) {
+            Some(tls::postgres_connector().map_err(|e| StoreError::Pool(e.to_string()))?)
         } else {
-            Manager::from_config(pg.clone(), NoTls, manager_config)
+            None
+        };
+        let manager = match &tls {
+            Some(connector) => Manager::from_config(pg.clone(), connector.clone(), manager_config),
+            None => Manager::from_config(pg.clone(), NoTls, manager_config),
         };
         let pool = Pool::builder(manager)
             .max_size(settings.database_pool_size.max(1))
@@ -150,7 +155,7 @@ impl Store {
             .recycle_timeout(Some(settings.database_timeout))
             .build()
             .map_err(|e| StoreError::Pool(e.to_string()))?;
-        Ok(Store { pool, pg })
+        Ok(Store { pool, pg, tls })
     }
 
     /// A pooled connection for code outside this module that needs plain SQL (benchmarks,
@@ -172,16 +177,17 @@ impl Store {
         let name = cfg.get_dbname().unwrap_or("postgres").to_owned();
         cfg.dbname("postgres");
         cfg.connect_timeout(Duration::from_secs(5));
-        let client = if tls::postgres_requires_tls(&cfg) {
-            let connector =
-                tls::postgres_connector().map_err(|e| StoreError::Pool(e.to_string()))?;
-            let (client, conn) = cfg.connect(connector).await?;
-            tokio::spawn(conn);
-            client
-        } else {
-            let (client, conn) = cfg.connect(NoTls).await?;
-            tokio::spawn(conn);
-            client
+        let client = match &self.tls {
+            Some(connector) => {
+                let (client, conn) = cfg.connect(connector.clone()).await?;
+                tokio::spawn(conn);
+                client
+            }
+            None => {
+                let (client, conn) = cfg.connect(NoTls).await?;
+                tokio::spawn(conn);
+                client
+            }
         };
         let exists = client
             .query_typed(

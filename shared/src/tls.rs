@@ -2,24 +2,25 @@
 //! ElastiCache both encrypt in transit in production (`template.yaml`), and locally neither does.
 //!
 //! Both use rustls with the operating system's roots (on Lambda's Amazon Linux, the Amazon roots
-//! that sign RDS Proxy and ElastiCache certificates; `SSL_CERT_FILE` adds a private CA). Redis
+//! that sign RDS Proxy and ElastiCache certificates). `SSL_CERT_FILE` replaces those roots with
+//! the bundle it names: to trust a private CA as well, point it at a bundle holding both. Redis
 //! turns TLS on by its URL scheme (`rediss://`), Postgres by `sslmode=require` in
 //! `DATABASE_URL`; `prefer`, the default, stays in clear text, because a local server's
 //! self-signed certificate would fail verification.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use tokio_postgres::config::SslMode;
 
-/// Installs aws-lc-rs as the process's rustls provider, once. Several crates in the tree enable
+/// Installs aws-lc-rs as the process's rustls provider. Several crates in the tree enable
 /// rustls, and rustls refuses to guess when more than one provider is compiled in.
 pub fn install_crypto_provider() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        // Err means another part of the process installed one first: that one is kept.
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    });
+    // Err means a provider is installed already (an earlier call): that one is kept.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
+
+/// The Postgres TLS connector: cheap to clone (the configuration is shared).
+pub type PostgresTls = tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Whether a Postgres connection must be encrypted (and its certificate verified).
 pub fn postgres_requires_tls(config: &tokio_postgres::Config) -> bool {
@@ -27,7 +28,7 @@ pub fn postgres_requires_tls(config: &tokio_postgres::Config) -> bool {
 }
 
 /// The connector for `sslmode=require`: verified against the system's roots.
-pub fn postgres_connector() -> Result<tokio_postgres_rustls::MakeRustlsConnect, TlsError> {
+pub fn postgres_connector() -> Result<PostgresTls, TlsError> {
     install_crypto_provider();
     let loaded = rustls_native_certs::load_native_certs();
     let mut roots = rustls::RootCertStore::empty();
