@@ -3,8 +3,10 @@
 -- KEYS[1] voucher:{CODE}:meta       hash: discount, min_order, starts_ms, ends_ms, per_user, ttl_ms
 -- KEYS[2] voucher:{CODE}:remaining  string: uses left
 -- KEYS[3] voucher:{CODE}:users      hash: customerId -> active uses
--- KEYS[4] voucher:{CODE}:orders     hash: orderId -> "A|customer|reservedMs|expiresMs|discount"
---                                   (active) or "R|..." (released tombstone)
+-- KEYS[4] voucher:{CODE}:orders     hash: orderId ->
+--                                   "A|customer|reservedMs|expiresMs|discount|orderAmount"
+--                                   (active; entries written before the amount was kept end at
+--                                   discount) or "R|..." (released tombstone)
 -- KEYS[5] voucher:{CODE}:pending    zset: orderId -> reservedMs, until Postgres has the row
 -- ARGV[1] customerId (decimal string)  ARGV[2] orderId  ARGV[3] orderAmount  ARGV[4] now (ms)
 --
@@ -18,7 +20,7 @@ local amount, now = tonumber(ARGV[3]), tonumber(ARGV[4])
 local entry = redis.call('HGET', KEYS[4], order)
 if entry then
   local state, owner, reserved, expires, discount =
-    string.match(entry, '^(%a)|(%d*)|(%d+)|(%d+)|(%d+)$')
+    string.match(entry, '^(%a)|(%d*)|(%d+)|(%d+)|(%d+)')
   if owner ~= '' and owner ~= customer then
     return {'ORDER_CONFLICT', owner, '0', '0', '0'}
   end
@@ -48,6 +50,6 @@ local expires = string.format('%.0f', now + tonumber(meta[6]))
 redis.call('DECR', KEYS[2])
 redis.call('HINCRBY', KEYS[3], customer, 1)
 redis.call('HSET', KEYS[4], order,
-  'A|' .. customer .. '|' .. ARGV[4] .. '|' .. expires .. '|' .. meta[1])
+  'A|' .. customer .. '|' .. ARGV[4] .. '|' .. expires .. '|' .. meta[1] .. '|' .. ARGV[3])
 redis.call('ZADD', KEYS[5], ARGV[4], order)
 return {'RESERVED', customer, ARGV[4], expires, meta[1]}

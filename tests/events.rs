@@ -150,15 +150,15 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
 async fn release_and_confirm_may_arrive_before_their_reserved_event() {
     let app = TestApp::spawn_with(&[("EVENTS", "1"), ("EVENTS_POLL", "false")]).await;
     app.voucher("EARLY", 5, json!({"flashSale": true})).await;
-    let (status, reserved_a) = app.reserve("EARLY", 1, "a", 10).await;
+    let (status, reserved_a) = app.reserve("EARLY", 1, "a", 111).await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(
-        app.reserve("EARLY", 1, "a", 10).await,
+        app.reserve("EARLY", 1, "a", 111).await,
         (StatusCode::CREATED, reserved_a.clone()),
         "replay in mode B"
     );
     assert_eq!(
-        app.reserve("EARLY", 2, "b", 10).await.0,
+        app.reserve("EARLY", 2, "b", 222).await.0,
         StatusCode::CREATED
     );
 
@@ -206,6 +206,22 @@ async fn release_and_confirm_may_arrive_before_their_reserved_event() {
         a["expiresAt"], first["expiresAt"],
         "the row keeps the gate's expiry"
     );
+    // The amount travels in the event, which merged into nothing: the rows written ahead of it
+    // took it from the gate.
+    assert_eq!(order_amounts(&app, "EARLY").await, [111, 222]);
+}
+
+async fn order_amounts(app: &TestApp, code: &str) -> Vec<i64> {
+    app.db
+        .query(
+            "SELECT order_amount FROM redemption WHERE voucher_code = $1 ORDER BY order_id",
+            &[&code],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
 }
 
 #[tokio::test]

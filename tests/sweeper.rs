@@ -144,7 +144,7 @@ async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
     // one just now (still in flight, not an orphan yet).
     let old = Utc::now().timestamp_millis() - 10_000;
     let GateReply::Reserved(held) = gate
-        .reserve(&code("ORPH"), 7, "lost", 10, old)
+        .reserve(&code("ORPH"), 7, "lost", 4321, old)
         .await
         .unwrap()
     else {
@@ -170,6 +170,19 @@ async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
         .json("GET", "/vouchers/ORPH/reservations/lost", None)
         .await;
     assert_eq!(r["status"], "RELEASED");
+    let amount: i64 = app
+        .db
+        .query_one(
+            "SELECT order_amount FROM redemption WHERE voucher_code = 'ORPH' AND order_id = 'lost'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        amount, 4321,
+        "the recovered row keeps the order's amount from the gate"
+    );
 
     // The event for it arrives late: it merges into nothing.
     let late = app

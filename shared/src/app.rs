@@ -211,10 +211,10 @@ impl App {
             .order_and_uses(&r.code, r.order_id.as_str(), r.customer_id)
             .await;
         match seen {
-            Ok((Some(OrderEntry::Active(held)), _)) if held.customer_id == r.customer_id => {
+            Ok((Some(OrderEntry::Active { held, .. }), _)) if held.customer_id == r.customer_id => {
                 self.settle(r, held, false).await
             }
-            Ok((Some(OrderEntry::Active(_)), _)) => Err(ReserveError::OrderConflict),
+            Ok((Some(OrderEntry::Active { .. }), _)) => Err(ReserveError::OrderConflict),
             Ok((Some(OrderEntry::Tombstone(Some(c))), _)) if c != r.customer_id => {
                 Err(ReserveError::OrderConflict)
             }
@@ -401,7 +401,7 @@ impl App {
         order_id: &OrderId,
         status: Status,
     ) -> Result<Option<Merged>, MergeFromGateError> {
-        let held = match self.gate.order(code, order_id.as_str()).await? {
+        let (held, order_amount) = match self.gate.order(code, order_id.as_str()).await? {
             None => return Ok(None),
             Some(OrderEntry::Tombstone(_)) => {
                 return Ok(Some(Merged {
@@ -410,7 +410,7 @@ impl App {
                     flash_sale: true,
                 }))
             }
-            Some(OrderEntry::Active(held)) => held,
+            Some(OrderEntry::Active { held, order_amount }) => (held, order_amount),
         };
         let merged = self
             .store
@@ -419,8 +419,7 @@ impl App {
                 order_id: order_id.as_str(),
                 customer_id: Some(held.customer_id),
                 status,
-                // The amount travels in the event; a row written ahead of it does not need it.
-                order_amount: Some(0),
+                order_amount: Some(order_amount),
                 discount_amount: Some(held.discount),
                 reserved_at: DateTime::from_timestamp_millis(held.reserved_ms),
                 expires_at: DateTime::from_timestamp_millis(held.expires_ms),

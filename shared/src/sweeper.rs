@@ -218,7 +218,7 @@ async fn recover_orphan(
     let Some(entry) = gate_ok(app.gate.order(code, order).await, report) else {
         return Ok(false);
     };
-    let Some(OrderEntry::Active(held)) = entry else {
+    let Some(OrderEntry::Active { held, order_amount }) = entry else {
         // Already a tombstone (or gone): only the pending mark is left.
         gate_ok(app.gate.settled(code, order).await, report);
         return Ok(false);
@@ -230,7 +230,7 @@ async fn recover_orphan(
             order_id: order,
             customer_id: Some(held.customer_id),
             status: Status::Released,
-            order_amount: Some(0),
+            order_amount: Some(order_amount),
             discount_amount: Some(held.discount),
             reserved_at: DateTime::from_timestamp_millis(held.reserved_ms),
             expires_at: DateTime::from_timestamp_millis(held.expires_ms),

@@ -55,7 +55,10 @@ pub enum GateReply {
 /// What an order is in the gate's `orders` hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OrderEntry {
-    Active(Held),
+    /// Held, with the order's amount: a row written from the gate ahead of (or instead of) the
+    /// mode B event that carries it still records it. 0 for entries written before the gate
+    /// kept it.
+    Active { held: Held, order_amount: i64 },
     /// Released; the customer is unknown for a tombstone of an order the gate never held.
     Tombstone(Option<i64>),
 }
@@ -498,16 +501,28 @@ fn parse_reserve(reply: &[String]) -> Result<GateReply, GateError> {
     })
 }
 
-/// Parses an `orders` value: `A|customer|reservedMs|expiresMs|discount` or `R|customer|...`.
+/// Parses an `orders` value: `A|customer|reservedMs|expiresMs|discount|orderAmount` (or without
+/// the amount, as first written) or `R|customer|...`.
 pub fn parse_entry(raw: &str) -> Result<OrderEntry, GateError> {
     let parts: Vec<&str> = raw.split('|').collect();
+    let active = |customer, reserved, expires, discount, amount: Option<&str>| {
+        Ok(OrderEntry::Active {
+            held: Held {
+                customer_id: num(customer)?,
+                reserved_ms: num(reserved)?,
+                expires_ms: num(expires)?,
+                discount: num(discount)?,
+            },
+            order_amount: amount.map(num).transpose()?.unwrap_or(0),
+        })
+    };
     match parts.as_slice() {
-        ["A", customer, reserved, expires, discount] => Ok(OrderEntry::Active(Held {
-            customer_id: num(customer)?,
-            reserved_ms: num(reserved)?,
-            expires_ms: num(expires)?,
-            discount: num(discount)?,
-        })),
+        ["A", customer, reserved, expires, discount] => {
+            active(customer, reserved, expires, discount, None)
+        }
+        ["A", customer, reserved, expires, discount, amount] => {
+            active(customer, reserved, expires, discount, Some(amount))
+        }
         ["R", customer, ..] => Ok(OrderEntry::Tombstone(if customer.is_empty() {
             None
         } else {
@@ -523,15 +538,28 @@ mod tests {
 
     #[test]
     fn order_entries_round_trip_the_formats_the_scripts_write() {
+        let held = Held {
+            customer_id: 42,
+            reserved_ms: 1000,
+            expires_ms: 901000,
+            discount: 5,
+        };
+        assert_eq!(
+            parse_entry("A|42|1000|901000|5|70000").unwrap(),
+            OrderEntry::Active {
+                held,
+                order_amount: 70000
+            }
+        );
         assert_eq!(
             parse_entry("A|42|1000|901000|5").unwrap(),
-            OrderEntry::Active(Held {
-                customer_id: 42,
-                reserved_ms: 1000,
-                expires_ms: 901000,
-                discount: 5
-            })
+            OrderEntry::Active {
+                held,
+                order_amount: 0
+            },
+            "an entry written before the amount was kept"
         );
+        assert!(parse_entry("A|42|1000|901000|5|x").is_err());
         assert_eq!(
             parse_entry("R|42|1|2|3").unwrap(),
             OrderEntry::Tombstone(Some(42))
