@@ -152,6 +152,20 @@ async fn start_tls_redis(dir: &Path, port: u16) -> Server {
     panic!("redis-server with TLS did not listen on {port}");
 }
 
+/// What the service's `/health` says of Redis: "up" or "down".
+async fn redis_health(app: &TestApp) -> String {
+    let health: Value = app
+        .http
+        .get(app.url("/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    health["redis"].as_str().unwrap_or_default().to_owned()
+}
+
 #[tokio::test]
 async fn a_flash_sale_runs_through_a_tls_redis() {
     let dir = certificates();
@@ -161,46 +175,19 @@ async fn a_flash_sale_runs_through_a_tls_redis() {
     // Clear text to a TLS port gets nowhere: health reports the gate down.
     let plain = format!("redis://localhost:{port}");
     let app = TestApp::spawn_with(&[("REDIS_URL", &plain), ("REDIS_TIMEOUT_MS", "500")]).await;
-    let health: Value = app
-        .http
-        .get(app.url("/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(health["redis"], "down", "{health}");
+    assert_eq!(redis_health(&app).await, "down");
 
     // Read by rustls-native-certs when a client is built. Trusting only an unrelated CA, the
     // server's certificate is refused: verification is on.
     std::env::set_var("SSL_CERT_FILE", dir.join("other-ca.pem"));
     let tls = format!("rediss://localhost:{port}");
     let app = TestApp::spawn_with(&[("REDIS_URL", &tls), ("REDIS_TIMEOUT_MS", "500")]).await;
-    let health: Value = app
-        .http
-        .get(app.url("/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(health["redis"], "down", "{health}");
+    assert_eq!(redis_health(&app).await, "down");
 
     // Trusting the CA that signed it, the same URL works.
     std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem"));
     let app = TestApp::spawn_with(&[("REDIS_URL", &tls)]).await;
-    let health: Value = app
-        .http
-        .get(app.url("/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(health["redis"], "up", "{health}");
+    assert_eq!(redis_health(&app).await, "up");
 
     app.voucher("TLS-SALE", 1, json!({"flashSale": true})).await;
     let (status, body) = app.reserve("TLS-SALE", 1, "tls-1", 50_000).await;
