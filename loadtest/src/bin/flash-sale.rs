@@ -24,6 +24,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
+use loadtest::Scratch;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
@@ -665,7 +666,7 @@ fn report_html(
 
 /// `--compare`: the same offered load against each path, in one process.
 async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
-    let db = format!("fg_flashsale_{}", std::process::id());
+    let scratch = Scratch::new("flashsale", &args.postgres, &args.redis);
     let total = (args.rate * args.duration) as usize;
     let mut servers = vec![("A", None)];
     if let Some(endpoint) = &args.sqs_endpoint {
@@ -674,26 +675,18 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
     let mut bases = HashMap::new();
     for (mode, endpoint) in &servers {
         let mut env = vec![
-            (
-                "DATABASE_URL".to_owned(),
-                format!("{}/{db}", args.postgres.trim_end_matches('/')),
-            ),
-            ("REDIS_URL".to_owned(), args.redis.clone()),
-            ("REDIS_KEY_PREFIX".to_owned(), format!("{db}{mode}:")),
-            ("DATABASE_POOL_SIZE".to_owned(), "8".to_owned()),
-            ("SWEEP_INTERVAL_SECONDS".to_owned(), "0".to_owned()),
+            ("DATABASE_POOL_SIZE", "8".to_owned()),
+            ("SWEEP_INTERVAL_SECONDS", "0".to_owned()),
         ];
         if let Some(e) = endpoint {
             env.push((
-                "EVENTS_QUEUE_URL".to_owned(),
-                format!("{e}/123456789012/{db}"),
+                "EVENTS_QUEUE_URL",
+                format!("{e}/123456789012/{}", scratch.name()),
             ));
-            env.push(("SQS_ENDPOINT_URL".to_owned(), e.clone()));
-            env.push(("EVENTS_TIMEOUT_MS".to_owned(), "10000".to_owned()));
+            env.push(("SQS_ENDPOINT_URL", e.clone()));
+            env.push(("EVENTS_TIMEOUT_MS", "10000".to_owned()));
         }
-        let settings = shared::Settings::from_lookup(|k| {
-            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-        })?;
+        let settings = scratch.settings(mode, &env)?;
         let app = shared::App::new(&settings)?;
         app.prepare_database().await?;
         if let Some(events) = &app.events {
@@ -797,6 +790,8 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
             outcomes.join(", ")
         );
     }
+    // A failed run keeps its database to look into; a finished one leaves nothing behind.
+    scratch.remove().await;
     Ok(())
 }
 
