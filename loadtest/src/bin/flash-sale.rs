@@ -25,6 +25,8 @@ use clap::Parser;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use loadtest::Scratch;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
@@ -70,6 +72,9 @@ struct Args {
     /// Requests in flight at most (beyond it, due requests wait, and their wait counts).
     #[arg(long, default_value_t = 4096)]
     max_in_flight: usize,
+    /// Seed of the request plan: with the same seed and knobs, a run offers the same requests.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
     /// Where the JSON summary and the HTML report go.
     #[arg(long, default_value = "target/flash-sale")]
     out: String,
@@ -87,22 +92,6 @@ struct Args {
     redis: String,
 }
 
-/// A small deterministic generator, so that a run can be repeated.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     New,
@@ -110,7 +99,7 @@ enum Kind {
     Conflict,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Planned {
     kind: Kind,
     customer: i64,
@@ -142,20 +131,22 @@ impl Answer {
     }
 }
 
+/// The requests of one phase, in the order they are offered. Seeded, so that a run can be repeated:
+/// `StdRng` may change its stream in a new `rand` release, but Cargo.lock pins the release.
 fn plan(args: &Args, total: usize, seed: u64) -> Vec<Planned> {
-    let mut rng = Rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut out: Vec<Planned> = Vec::with_capacity(total);
     let mut news: Vec<usize> = Vec::new();
     for k in 0..total {
-        let roll = rng.next() as f64 / (1u64 << 31) as f64;
+        let roll: f64 = rng.random();
         let p = if !news.is_empty() && roll < args.retry_share {
-            let j = news[rng.below(news.len() as u64) as usize];
+            let j = news[rng.random_range(0..news.len())];
             Planned {
                 kind: Kind::Retry,
                 ..out[j].clone()
             }
         } else if !news.is_empty() && roll < args.retry_share + args.conflict_share {
-            let j = news[rng.below(news.len() as u64) as usize];
+            let j = news[rng.random_range(0..news.len())];
             Planned {
                 kind: Kind::Conflict,
                 customer: out[j].customer % args.customers + 1,
@@ -165,7 +156,7 @@ fn plan(args: &Args, total: usize, seed: u64) -> Vec<Planned> {
             news.push(k);
             Planned {
                 kind: Kind::New,
-                customer: 1 + rng.below(args.customers as u64) as i64,
+                customer: rng.random_range(1..=args.customers.max(1)),
                 order: format!("o-{k}"),
             }
         };
@@ -352,7 +343,7 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
     let flash = !args.standard;
     create_voucher(http, base, &code, args, flash).await?;
     let total = (args.rate * args.duration) as usize;
-    let planned = plan(args, total, 42);
+    let planned = plan(args, total, args.seed);
     println!(
         "flash sale on {base}: voucher {code} ({}), {} uses, {} req/s offered for {} s from {} customers \
          ({:.0}% retries, {:.0}% reused orderIds)",
@@ -717,7 +708,7 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         args.rate as f64,
     ));
 
-    let planned = plan(args, total, 7);
+    let planned = plan(args, total, args.seed);
     let mut runs: Vec<(String, String, bool)> = vec![
         ("standard".into(), a.clone(), false),
         ("flash, mode A".into(), a.clone(), true),
@@ -757,7 +748,8 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         phases.push(summarize(name, &answers, args.rate as f64));
     }
     if let Some(code) = sold_out_code {
-        let later: Vec<Planned> = plan(args, total, 99)
+        // Another stream than the sale's, so the late customers are not the same ones again.
+        let later: Vec<Planned> = plan(args, total, args.seed.wrapping_add(1))
             .into_iter()
             .map(|mut p| {
                 p.order = format!("late-{}", p.order);
@@ -806,5 +798,25 @@ async fn main() -> anyhow::Result<()> {
         compare(&args, &http).await
     } else {
         sale(&args, &http, args.base_url.trim_end_matches('/')).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_repeats_its_plan_and_the_shares_hold() {
+        let args = Args::parse_from(["flash-sale"]);
+        let planned = plan(&args, 5_000, 42);
+        assert_eq!(planned, plan(&args, 5_000, 42));
+        assert_ne!(planned, plan(&args, 5_000, 43));
+        let share =
+            |k| planned.iter().filter(|p| p.kind == k).count() as f64 / planned.len() as f64;
+        assert!((share(Kind::Retry) - args.retry_share).abs() < 0.02);
+        assert!((share(Kind::Conflict) - args.conflict_share).abs() < 0.01);
+        assert!(planned
+            .iter()
+            .all(|p| (1..=args.customers).contains(&p.customer)));
     }
 }
