@@ -16,7 +16,6 @@
 //! a standard voucher, a flash voucher in mode A, in mode B, and a sold-out flash voucher.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +24,7 @@ use clap::Parser;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use loadtest::Scratch;
+use plotters::prelude::*;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{json, Value};
@@ -540,7 +540,7 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
     let html_path = format!("{}/flash-sale.html", args.out);
     std::fs::write(
         &html_path,
-        report_html(&code, args, &answers, &winners, &summary_json),
+        report_html(&code, args, &answers, &winners, &summary_json)?,
     )?;
     println!("wrote {json_path} and {html_path}");
 
@@ -562,17 +562,15 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
     Ok(())
 }
 
-/// A self-contained HTML page with two SVG charts: latency over time (p50 and p99 per 250 ms,
-/// by due time) and uses allocated over time.
+/// A self-contained HTML page with two charts as inline SVG: latency over time (p50 and p99 per
+/// 250 ms, by due time) and uses allocated over time.
 fn report_html(
     code: &str,
     args: &Args,
     answers: &[Answer],
     winners: &[(String, i64, Duration)],
     summary: &Value,
-) -> String {
-    const W: f64 = 860.0;
-    const H: f64 = 260.0;
+) -> anyhow::Result<String> {
     let span = answers
         .iter()
         .map(|a| a.done)
@@ -603,28 +601,16 @@ fn report_html(
         }
     }
     let max_ms = p99.iter().map(|p| p.1).fold(1.0, f64::max);
-    let line = |points: &[(f64, f64)], ymax: f64, color: &str| {
-        let mut d = String::new();
-        for (i, (x, y)) in points.iter().enumerate() {
-            let _ = write!(
-                d,
-                "{}{:.1},{:.1} ",
-                if i == 0 { "M" } else { "L" },
-                80.0 + x / span * (W - 100.0),
-                H - 30.0 - y / ymax * (H - 50.0)
-            );
-        }
-        format!("<path d=\"{d}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\"/>")
-    };
-    let axes = |ymax: f64, unit: &str| {
-        format!(
-            "<line x1=\"80\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#888\"/><line x1=\"80\" y1=\"20\" x2=\"80\" y2=\"{b}\" stroke=\"#888\"/>\
-             <text x=\"76\" y=\"24\" text-anchor=\"end\" font-size=\"11\">{ymax:.0} {unit}</text>\
-             <text x=\"76\" y=\"{b}\" text-anchor=\"end\" font-size=\"11\">0</text>\
-             <text x=\"{r}\" y=\"{t}\" text-anchor=\"end\" font-size=\"11\">{span:.1} s</text>",
-            b = H - 30.0, r = W - 20.0, t = H - 12.0
-        )
-    };
+    let latency = chart_svg(
+        "ms",
+        span,
+        max_ms,
+        &[
+            Line::solid("p50", RGBColor(0x1f, 0x6f, 0xd1), p50),
+            Line::solid("p99", RGBColor(0xd1, 0x32, 0x1f), p99),
+        ],
+    )?;
+
     let mut alloc = vec![(0.0, 0.0)];
     let mut times: Vec<f64> = winners.iter().map(|w| w.2.as_secs_f64()).collect();
     times.sort_by(f64::total_cmp);
@@ -632,27 +618,105 @@ fn report_html(
         alloc.push((*t, (i + 1) as f64));
     }
     alloc.push((span, times.len() as f64));
-    let ymax_alloc = (args.uses as f64).max(1.0);
-    format!(
+    let limit = args.uses as f64;
+    let allocation = chart_svg(
+        "uses",
+        span,
+        limit.max(times.len() as f64).max(1.0),
+        &[
+            Line::solid("allocated", RGBColor(0x2a, 0x9d, 0x3a), alloc),
+            Line {
+                label: "limit",
+                color: RGBColor(0x88, 0x88, 0x88),
+                points: vec![(0.0, limit), (span, limit)],
+                dashed: true,
+            },
+        ],
+    )?;
+
+    Ok(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Flashgate flash sale {code}</title>\
          <style>body{{font-family:sans-serif;margin:2em;color:#222}}pre{{background:#f4f4f4;padding:1em}}</style></head><body>\
          <h1>Flash sale on {code}</h1>\
          <p>{uses} uses, {rate} req/s offered for {dur} s; latency measured from each request's due time (open model).</p>\
          <h2>Latency over time (ms, p50 blue, p99 red, per 250 ms of due time)</h2>\
-         <svg width=\"{W}\" height=\"{H}\" xmlns=\"http://www.w3.org/2000/svg\">{ax1}{l50}{l99}</svg>\
+         {latency}\
          <h2>Uses allocated over time</h2>\
-         <svg width=\"{W}\" height=\"{H}\" xmlns=\"http://www.w3.org/2000/svg\">{ax2}{la}</svg>\
+         {allocation}\
          <h2>Summary</h2><pre>{json}</pre></body></html>",
         uses = args.uses,
         rate = args.rate,
         dur = args.duration,
-        ax1 = axes(max_ms, "ms"),
-        l50 = line(&p50, max_ms, "#1f6fd1"),
-        l99 = line(&p99, max_ms, "#d1321f"),
-        ax2 = axes(ymax_alloc, "uses"),
-        la = line(&alloc, ymax_alloc, "#2a9d3a"),
         json = serde_json::to_string_pretty(summary).unwrap_or_default().replace('<', "&lt;"),
-    )
+    ))
+}
+
+/// One series of a report chart.
+struct Line {
+    label: &'static str,
+    color: RGBColor,
+    points: Vec<(f64, f64)>,
+    dashed: bool,
+}
+
+impl Line {
+    fn solid(label: &'static str, color: RGBColor, points: Vec<(f64, f64)>) -> Line {
+        Line {
+            label,
+            color,
+            points,
+            dashed: false,
+        }
+    }
+}
+
+/// One report chart as an SVG document: seconds since the first request on x, `unit` on y from 0
+/// to a little above `ymax`, a legend naming the lines. Text stays `<text>` elements for the
+/// browser to set, so no font is read here.
+fn chart_svg(unit: &str, span: f64, ymax: f64, lines: &[Line]) -> anyhow::Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (860, 280)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0f64..span, 0f64..ymax * 1.05)?;
+        // Whole units once the axis is long enough, so the labels do not repeat a rounded value.
+        let decimals = if ymax >= 20.0 { 0 } else { 1 };
+        let y_label = |v: &f64| format!("{v:.decimals$}");
+        let x_label = |v: &f64| format!("{v:.1}");
+        chart
+            .configure_mesh()
+            .light_line_style(RGBColor(0xee, 0xee, 0xee))
+            .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd))
+            .x_desc("seconds since the first request was due")
+            .y_desc(unit)
+            .x_label_formatter(&x_label)
+            .y_label_formatter(&y_label)
+            .draw()?;
+        for line in lines {
+            let style = line.color.stroke_width(2);
+            let points = line.points.iter().copied();
+            let series = if line.dashed {
+                chart.draw_series(DashedLineSeries::new(points, 6, 4, style))?
+            } else {
+                chart.draw_series(LineSeries::new(points, style))?
+            };
+            series
+                .label(line.label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(0xbb, 0xbb, 0xbb))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
 }
 
 /// `--compare`: the same offered load against each path, in one process.
