@@ -93,13 +93,19 @@ async fn main() -> anyhow::Result<()> {
 
     println!(
         "one hot voucher with {} uses: a sale phase of {} requests and a sold-out phase of {}, \
-         from distinct customers; concurrency {}, {} Postgres connections, {} cores, release build\n",
+         from distinct customers; concurrency {}, {} Postgres connections, {} cores, {} build\n",
         args.limit,
         args.limit,
         args.sold_out,
         args.concurrency,
         args.pool,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        // Debug figures are not comparable with the published ones: say which these are.
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
     );
     println!("| strategy | phase | requests | req/s | p50 ms | p99 ms | max ms | granted | refused | errors |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
