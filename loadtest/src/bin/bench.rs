@@ -14,7 +14,9 @@
 //! - `flash`: a flash-sale voucher, decided by the Redis gate, winners merged into Postgres
 //!   (mode A), losers answered by the sold-out short cut once the gate said OUT_OF_STOCK;
 //! - `naive`: the article's check-then-act (read `used_count`, insert, write back `used + 1`),
-//!   which over-allocates under concurrency; it is here to show that it does.
+//!   which over-allocates under concurrency; it is here to show that it does. It is not the
+//!   service's code and does not go through it: it has connections of its own to the bench's
+//!   database, as many as the service gets (`--pool`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,11 +25,14 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use chrono::Utc;
 use clap::Parser;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use hdrhistogram::Histogram;
+use loadtest::Scratch;
 use shared::domain::{NewVoucher, OrderId, Reserve, VoucherCode};
 use shared::errors::ReserveError;
-use shared::{App, Settings};
+use shared::App;
 use tokio_postgres::types::Type;
+use tokio_postgres::NoTls;
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Reserve throughput and latency on one hot voucher, strategy against strategy")]
@@ -73,35 +78,34 @@ struct Phase {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let db = format!("fg_bench_{}", std::process::id());
-    let url = format!("{}/{}", args.postgres.trim_end_matches('/'), db);
-    let env = [
-        ("DATABASE_URL", url.clone()),
-        ("DATABASE_POOL_SIZE", args.pool.to_string()),
-        ("DATABASE_TIMEOUT_MS", "30000".into()),
-        ("REDIS_URL", args.redis.clone()),
-        ("REDIS_KEY_PREFIX", format!("{db}:")),
-        ("REDIS_TIMEOUT_MS", "5000".into()),
-    ];
-    let settings = Settings::from_lookup(|k| {
-        env.iter()
-            .find(|(name, _)| *name == k)
-            .map(|(_, v)| v.clone())
-    })?;
+    let scratch = Scratch::new("bench", &args.postgres, &args.redis);
+    let settings = scratch.settings(
+        "",
+        &[
+            ("DATABASE_POOL_SIZE", args.pool.to_string()),
+            ("DATABASE_TIMEOUT_MS", "30000".into()),
+            ("REDIS_TIMEOUT_MS", "5000".into()),
+        ],
+    )?;
     let app = App::new(&settings)?;
     app.prepare_database().await?;
-    let (raw, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
+    let pg = own_pool(&scratch.database_url(), args.pool)?;
 
     println!(
         "one hot voucher with {} uses: a sale phase of {} requests and a sold-out phase of {}, \
-         from distinct customers; concurrency {}, {} Postgres connections, {} cores, release build\n",
+         from distinct customers; concurrency {}, {} Postgres connections, {} cores, {} build\n",
         args.limit,
         args.limit,
         args.sold_out,
         args.concurrency,
         args.pool,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        // Debug figures are not comparable with the published ones: say which these are.
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
     );
     println!("| strategy | phase | requests | req/s | p50 ms | p99 ms | max ms | granted | refused | errors |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
@@ -126,8 +130,20 @@ async fn main() -> anyhow::Result<()> {
         ];
         for (name, from, to) in phases {
             let p = match strategy.as_str() {
-                "standard" | "flash" => run(&args, &app, &code, from, to, via_app).await,
-                "naive" => run(&args, &app, &code, from, to, naive).await,
+                "standard" | "flash" => {
+                    let app = app.clone();
+                    run(&args, &code, from, to, move |code, i| {
+                        via_app(app.clone(), code, i)
+                    })
+                    .await
+                }
+                "naive" => {
+                    let pg = pg.clone();
+                    run(&args, &code, from, to, move |code, i| {
+                        naive(pg.clone(), code, i)
+                    })
+                    .await
+                }
                 other => anyhow::bail!("unknown strategy {other:?}"),
             };
             println!(
@@ -142,7 +158,9 @@ async fn main() -> anyhow::Result<()> {
                 p.errors,
             );
         }
-        let held: i64 = raw
+        let held: i64 = pg
+            .get()
+            .await?
             .query_one(
                 "SELECT count(*) FROM redemption WHERE voucher_code = $1 AND status IN (1, 2)",
                 &[&code.as_str()],
@@ -165,33 +183,25 @@ async fn main() -> anyhow::Result<()> {
             failures.push(format!("{strategy}: {verdict}"));
         }
     }
-    cleanup(&args, &db).await;
+    scratch.remove().await;
     if !failures.is_empty() {
         anyhow::bail!("allocation was not exact: {failures:?}");
     }
     Ok(())
 }
 
-async fn cleanup(args: &Args, db: &str) {
-    if let Ok(client) = redis::Client::open(args.redis.as_str()) {
-        if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("{db}:*"))
-                .query_async(&mut c)
-                .await
-                .unwrap_or_default();
-            if !keys.is_empty() {
-                let _ = redis::cmd("DEL").arg(keys).query_async::<i64>(&mut c).await;
-            }
-        }
-    }
-    let admin = format!("{}/postgres", args.postgres.trim_end_matches('/'));
-    if let Ok((client, conn)) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await {
-        tokio::spawn(conn);
-        let _ = client
-            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
-            .await;
-    }
+/// Connections of the bench's own, outside the service: what the naive strategy runs on, and
+/// what counts the uses each strategy ended up holding.
+fn own_pool(url: &str, size: usize) -> anyhow::Result<Pool> {
+    let config: tokio_postgres::Config = url.parse()?;
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Ok(Pool::builder(manager).max_size(size.max(1)).build()?)
 }
 
 async fn via_app(app: App, code: VoucherCode, i: usize) -> Answer {
@@ -209,9 +219,9 @@ async fn via_app(app: App, code: VoucherCode, i: usize) -> Answer {
 }
 
 /// The article's naive version: check, then act, in separate statements.
-async fn naive(app: App, code: VoucherCode, i: usize) -> Answer {
+async fn naive(pg: Pool, code: VoucherCode, i: usize) -> Answer {
     let result = async {
-        let client = app.store.raw_client().await?;
+        let client = pg.get().await?;
         let row = client
             .query_typed(
                 "SELECT used_count, total_limit, discount_amount FROM voucher WHERE code = $1",
@@ -258,23 +268,16 @@ async fn naive(app: App, code: VoucherCode, i: usize) -> Answer {
     }
 }
 
-async fn run<F, Fut>(
-    args: &Args,
-    app: &App,
-    code: &VoucherCode,
-    from: usize,
-    to: usize,
-    op: F,
-) -> Phase
+async fn run<F, Fut>(args: &Args, code: &VoucherCode, from: usize, to: usize, op: F) -> Phase
 where
-    F: Fn(App, VoucherCode, usize) -> Fut + Copy + Send + 'static,
+    F: Fn(VoucherCode, usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Answer> + Send,
 {
     let next = Arc::new(AtomicUsize::new(from));
     let started = Instant::now();
     let workers: Vec<_> = (0..args.concurrency)
         .map(|_| {
-            let (next, app, code) = (next.clone(), app.clone(), code.clone());
+            let (next, code, op) = (next.clone(), code.clone(), op.clone());
             tokio::spawn(async move {
                 let mut hist = Histogram::<u64>::new(3).unwrap();
                 let mut tally = [0usize; 3];
@@ -284,7 +287,7 @@ where
                         break;
                     }
                     let t = Instant::now();
-                    let slot = match op(app.clone(), code.clone(), i).await {
+                    let slot = match op(code.clone(), i).await {
                         Answer::Granted => 0,
                         Answer::Refused => 1,
                         Answer::Error => 2,

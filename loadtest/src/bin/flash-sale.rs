@@ -16,7 +16,6 @@
 //! a standard voucher, a flash voucher in mode A, in mode B, and a sold-out flash voucher.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +23,10 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
+use loadtest::Scratch;
+use plotters::prelude::*;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
@@ -69,6 +72,9 @@ struct Args {
     /// Requests in flight at most (beyond it, due requests wait, and their wait counts).
     #[arg(long, default_value_t = 4096)]
     max_in_flight: usize,
+    /// Seed of the request plan: with the same seed and knobs, a run offers the same requests.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
     /// Where the JSON summary and the HTML report go.
     #[arg(long, default_value = "target/flash-sale")]
     out: String,
@@ -86,22 +92,6 @@ struct Args {
     redis: String,
 }
 
-/// A small deterministic generator, so that a run can be repeated.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     New,
@@ -109,7 +99,7 @@ enum Kind {
     Conflict,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Planned {
     kind: Kind,
     customer: i64,
@@ -141,20 +131,22 @@ impl Answer {
     }
 }
 
+/// The requests of one phase, in the order they are offered. Seeded, so that a run can be repeated:
+/// `StdRng` may change its stream in a new `rand` release, but Cargo.lock pins the release.
 fn plan(args: &Args, total: usize, seed: u64) -> Vec<Planned> {
-    let mut rng = Rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut out: Vec<Planned> = Vec::with_capacity(total);
     let mut news: Vec<usize> = Vec::new();
     for k in 0..total {
-        let roll = rng.next() as f64 / (1u64 << 31) as f64;
+        let roll: f64 = rng.random();
         let p = if !news.is_empty() && roll < args.retry_share {
-            let j = news[rng.below(news.len() as u64) as usize];
+            let j = news[rng.random_range(0..news.len())];
             Planned {
                 kind: Kind::Retry,
                 ..out[j].clone()
             }
         } else if !news.is_empty() && roll < args.retry_share + args.conflict_share {
-            let j = news[rng.below(news.len() as u64) as usize];
+            let j = news[rng.random_range(0..news.len())];
             Planned {
                 kind: Kind::Conflict,
                 customer: out[j].customer % args.customers + 1,
@@ -164,7 +156,7 @@ fn plan(args: &Args, total: usize, seed: u64) -> Vec<Planned> {
             news.push(k);
             Planned {
                 kind: Kind::New,
-                customer: 1 + rng.below(args.customers as u64) as i64,
+                customer: rng.random_range(1..=args.customers.max(1)),
                 order: format!("o-{k}"),
             }
         };
@@ -351,7 +343,7 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
     let flash = !args.standard;
     create_voucher(http, base, &code, args, flash).await?;
     let total = (args.rate * args.duration) as usize;
-    let planned = plan(args, total, 42);
+    let planned = plan(args, total, args.seed);
     println!(
         "flash sale on {base}: voucher {code} ({}), {} uses, {} req/s offered for {} s from {} customers \
          ({:.0}% retries, {:.0}% reused orderIds)",
@@ -548,7 +540,7 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
     let html_path = format!("{}/flash-sale.html", args.out);
     std::fs::write(
         &html_path,
-        report_html(&code, args, &answers, &winners, &summary_json),
+        report_html(&code, args, &answers, &winners, &summary_json)?,
     )?;
     println!("wrote {json_path} and {html_path}");
 
@@ -570,17 +562,15 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
     Ok(())
 }
 
-/// A self-contained HTML page with two SVG charts: latency over time (p50 and p99 per 250 ms,
-/// by due time) and uses allocated over time.
+/// A self-contained HTML page with two charts as inline SVG: latency over time (p50 and p99 per
+/// 250 ms, by due time) and uses allocated over time.
 fn report_html(
     code: &str,
     args: &Args,
     answers: &[Answer],
     winners: &[(String, i64, Duration)],
     summary: &Value,
-) -> String {
-    const W: f64 = 860.0;
-    const H: f64 = 260.0;
+) -> anyhow::Result<String> {
     let span = answers
         .iter()
         .map(|a| a.done)
@@ -611,28 +601,16 @@ fn report_html(
         }
     }
     let max_ms = p99.iter().map(|p| p.1).fold(1.0, f64::max);
-    let line = |points: &[(f64, f64)], ymax: f64, color: &str| {
-        let mut d = String::new();
-        for (i, (x, y)) in points.iter().enumerate() {
-            let _ = write!(
-                d,
-                "{}{:.1},{:.1} ",
-                if i == 0 { "M" } else { "L" },
-                80.0 + x / span * (W - 100.0),
-                H - 30.0 - y / ymax * (H - 50.0)
-            );
-        }
-        format!("<path d=\"{d}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\"/>")
-    };
-    let axes = |ymax: f64, unit: &str| {
-        format!(
-            "<line x1=\"80\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#888\"/><line x1=\"80\" y1=\"20\" x2=\"80\" y2=\"{b}\" stroke=\"#888\"/>\
-             <text x=\"76\" y=\"24\" text-anchor=\"end\" font-size=\"11\">{ymax:.0} {unit}</text>\
-             <text x=\"76\" y=\"{b}\" text-anchor=\"end\" font-size=\"11\">0</text>\
-             <text x=\"{r}\" y=\"{t}\" text-anchor=\"end\" font-size=\"11\">{span:.1} s</text>",
-            b = H - 30.0, r = W - 20.0, t = H - 12.0
-        )
-    };
+    let latency = chart_svg(
+        "ms",
+        span,
+        max_ms,
+        &[
+            Line::solid("p50", RGBColor(0x1f, 0x6f, 0xd1), p50),
+            Line::solid("p99", RGBColor(0xd1, 0x32, 0x1f), p99),
+        ],
+    )?;
+
     let mut alloc = vec![(0.0, 0.0)];
     let mut times: Vec<f64> = winners.iter().map(|w| w.2.as_secs_f64()).collect();
     times.sort_by(f64::total_cmp);
@@ -640,32 +618,110 @@ fn report_html(
         alloc.push((*t, (i + 1) as f64));
     }
     alloc.push((span, times.len() as f64));
-    let ymax_alloc = (args.uses as f64).max(1.0);
-    format!(
+    let limit = args.uses as f64;
+    let allocation = chart_svg(
+        "uses",
+        span,
+        limit.max(times.len() as f64).max(1.0),
+        &[
+            Line::solid("allocated", RGBColor(0x2a, 0x9d, 0x3a), alloc),
+            Line {
+                label: "limit",
+                color: RGBColor(0x88, 0x88, 0x88),
+                points: vec![(0.0, limit), (span, limit)],
+                dashed: true,
+            },
+        ],
+    )?;
+
+    Ok(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Flashgate flash sale {code}</title>\
          <style>body{{font-family:sans-serif;margin:2em;color:#222}}pre{{background:#f4f4f4;padding:1em}}</style></head><body>\
          <h1>Flash sale on {code}</h1>\
          <p>{uses} uses, {rate} req/s offered for {dur} s; latency measured from each request's due time (open model).</p>\
          <h2>Latency over time (ms, p50 blue, p99 red, per 250 ms of due time)</h2>\
-         <svg width=\"{W}\" height=\"{H}\" xmlns=\"http://www.w3.org/2000/svg\">{ax1}{l50}{l99}</svg>\
+         {latency}\
          <h2>Uses allocated over time</h2>\
-         <svg width=\"{W}\" height=\"{H}\" xmlns=\"http://www.w3.org/2000/svg\">{ax2}{la}</svg>\
+         {allocation}\
          <h2>Summary</h2><pre>{json}</pre></body></html>",
         uses = args.uses,
         rate = args.rate,
         dur = args.duration,
-        ax1 = axes(max_ms, "ms"),
-        l50 = line(&p50, max_ms, "#1f6fd1"),
-        l99 = line(&p99, max_ms, "#d1321f"),
-        ax2 = axes(ymax_alloc, "uses"),
-        la = line(&alloc, ymax_alloc, "#2a9d3a"),
         json = serde_json::to_string_pretty(summary).unwrap_or_default().replace('<', "&lt;"),
-    )
+    ))
+}
+
+/// One series of a report chart.
+struct Line {
+    label: &'static str,
+    color: RGBColor,
+    points: Vec<(f64, f64)>,
+    dashed: bool,
+}
+
+impl Line {
+    fn solid(label: &'static str, color: RGBColor, points: Vec<(f64, f64)>) -> Line {
+        Line {
+            label,
+            color,
+            points,
+            dashed: false,
+        }
+    }
+}
+
+/// One report chart as an SVG document: seconds since the first request on x, `unit` on y from 0
+/// to a little above `ymax`, a legend naming the lines. Text stays `<text>` elements for the
+/// browser to set, so no font is read here.
+fn chart_svg(unit: &str, span: f64, ymax: f64, lines: &[Line]) -> anyhow::Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (860, 280)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0f64..span, 0f64..ymax * 1.05)?;
+        // Whole units once the axis is long enough, so the labels do not repeat a rounded value.
+        let decimals = if ymax >= 20.0 { 0 } else { 1 };
+        let y_label = |v: &f64| format!("{v:.decimals$}");
+        let x_label = |v: &f64| format!("{v:.1}");
+        chart
+            .configure_mesh()
+            .light_line_style(RGBColor(0xee, 0xee, 0xee))
+            .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd))
+            .x_desc("seconds since the first request was due")
+            .y_desc(unit)
+            .x_label_formatter(&x_label)
+            .y_label_formatter(&y_label)
+            .draw()?;
+        for line in lines {
+            let style = line.color.stroke_width(2);
+            let points = line.points.iter().copied();
+            let series = if line.dashed {
+                chart.draw_series(DashedLineSeries::new(points, 6, 4, style))?
+            } else {
+                chart.draw_series(LineSeries::new(points, style))?
+            };
+            series
+                .label(line.label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(0xbb, 0xbb, 0xbb))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
 }
 
 /// `--compare`: the same offered load against each path, in one process.
 async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
-    let db = format!("fg_flashsale_{}", std::process::id());
+    let scratch = Scratch::new("flashsale", &args.postgres, &args.redis);
     let total = (args.rate * args.duration) as usize;
     let mut servers = vec![("A", None)];
     if let Some(endpoint) = &args.sqs_endpoint {
@@ -674,26 +730,18 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
     let mut bases = HashMap::new();
     for (mode, endpoint) in &servers {
         let mut env = vec![
-            (
-                "DATABASE_URL".to_owned(),
-                format!("{}/{db}", args.postgres.trim_end_matches('/')),
-            ),
-            ("REDIS_URL".to_owned(), args.redis.clone()),
-            ("REDIS_KEY_PREFIX".to_owned(), format!("{db}{mode}:")),
-            ("DATABASE_POOL_SIZE".to_owned(), "8".to_owned()),
-            ("SWEEP_INTERVAL_SECONDS".to_owned(), "0".to_owned()),
+            ("DATABASE_POOL_SIZE", "8".to_owned()),
+            ("SWEEP_INTERVAL_SECONDS", "0".to_owned()),
         ];
         if let Some(e) = endpoint {
             env.push((
-                "EVENTS_QUEUE_URL".to_owned(),
-                format!("{e}/123456789012/{db}"),
+                "EVENTS_QUEUE_URL",
+                format!("{e}/123456789012/{}", scratch.name()),
             ));
-            env.push(("SQS_ENDPOINT_URL".to_owned(), e.clone()));
-            env.push(("EVENTS_TIMEOUT_MS".to_owned(), "10000".to_owned()));
+            env.push(("SQS_ENDPOINT_URL", e.clone()));
+            env.push(("EVENTS_TIMEOUT_MS", "10000".to_owned()));
         }
-        let settings = shared::Settings::from_lookup(|k| {
-            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-        })?;
+        let settings = scratch.settings(mode, &env)?;
         let app = shared::App::new(&settings)?;
         app.prepare_database().await?;
         if let Some(events) = &app.events {
@@ -724,7 +772,7 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         args.rate as f64,
     ));
 
-    let planned = plan(args, total, 7);
+    let planned = plan(args, total, args.seed);
     let mut runs: Vec<(String, String, bool)> = vec![
         ("standard".into(), a.clone(), false),
         ("flash, mode A".into(), a.clone(), true),
@@ -764,7 +812,8 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         phases.push(summarize(name, &answers, args.rate as f64));
     }
     if let Some(code) = sold_out_code {
-        let later: Vec<Planned> = plan(args, total, 99)
+        // Another stream than the sale's, so the late customers are not the same ones again.
+        let later: Vec<Planned> = plan(args, total, args.seed.wrapping_add(1))
             .into_iter()
             .map(|mut p| {
                 p.order = format!("late-{}", p.order);
@@ -797,6 +846,8 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
             outcomes.join(", ")
         );
     }
+    // A failed run keeps its database to look into; a finished one leaves nothing behind.
+    scratch.remove().await;
     Ok(())
 }
 
@@ -811,5 +862,25 @@ async fn main() -> anyhow::Result<()> {
         compare(&args, &http).await
     } else {
         sale(&args, &http, args.base_url.trim_end_matches('/')).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_repeats_its_plan_and_the_shares_hold() {
+        let args = Args::parse_from(["flash-sale"]);
+        let planned = plan(&args, 5_000, 42);
+        assert_eq!(planned, plan(&args, 5_000, 42));
+        assert_ne!(planned, plan(&args, 5_000, 43));
+        let share =
+            |k| planned.iter().filter(|p| p.kind == k).count() as f64 / planned.len() as f64;
+        assert!((share(Kind::Retry) - args.retry_share).abs() < 0.02);
+        assert!((share(Kind::Conflict) - args.conflict_share).abs() < 0.01);
+        assert!(planned
+            .iter()
+            .all(|p| (1..=args.customers).contains(&p.customer)));
     }
 }
