@@ -2,15 +2,21 @@
 //! through rustls and verifies the server against the trusted roots. A real redis-server with
 //! TLS on, its certificate signed by a CA made for the test, trusted through `SSL_CERT_FILE`.
 //!
-//! Its own test binary: `SSL_CERT_FILE` is process-wide.
+//! Its own test binary, apart from `tests/it`: the test sets `SSL_CERT_FILE`, which is
+//! process-wide, and the TLS roots read from it are process-wide state too. In a binary shared
+//! with other tests it would change what every other test's clients trust, while they run.
 
-mod common;
+// The harness of the `it` binary, included whole: this binary uses a few of its items, so the
+// rest would be reported unused here although `it` uses every one of them.
+#[allow(dead_code)]
+#[path = "it/harness/mod.rs"]
+mod harness;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::TestApp;
+use harness::TestApp;
 use serde_json::{json, Value};
 
 fn openssl(dir: &Path, args: &[&str]) {

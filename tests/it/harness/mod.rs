@@ -1,6 +1,5 @@
 //! Test harness: each test gets its own fresh database and its own server, started in-process
 //! on port 0, and talks to it over real HTTP.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -90,11 +89,9 @@ pub async fn create_queues(name: &str, max_receive: u32) -> (String, String) {
 pub struct TestApp {
     /// Vouchers created through [`TestApp::voucher`] are flash-sale ones.
     pub flash: bool,
-    pub addr: SocketAddr,
     pub base: String,
     pub http: reqwest::Client,
     pub app: App,
-    pub settings: Settings,
     /// Direct connection to this test's database, for checks the API does not expose.
     pub db: tokio_postgres::Client,
     pub db_name: String,
@@ -202,14 +199,12 @@ impl TestApp {
         tokio::spawn(conn);
         TestApp {
             flash: false,
-            addr,
             base: format!("http://{addr}"),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(60))
                 .build()
                 .unwrap(),
             app,
-            settings,
             db,
             db_name,
             pg_proxy,

@@ -1,8 +1,6 @@
 //! The HTTP contract of DESIGN section 4 against a real server and a real Postgres.
 //! Every test runs on its own fresh database.
 
-mod common;
-
 /// Each contract test runs twice: once on standard vouchers (Postgres decides) and once on
 /// flash-sale vouchers (the Redis gate decides, mode A writes the winners to Postgres).
 macro_rules! in_both_modes {
@@ -31,7 +29,7 @@ in_both_modes!(
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::TestApp;
+use crate::harness::TestApp;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -784,7 +782,8 @@ async fn health_reports_its_dependencies() {
 
     // Postgres unreachable: 503, quickly.
     let dead =
-        common::serve_with(&[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")]).await;
+        crate::harness::serve_with(&[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")])
+            .await;
     let started = std::time::Instant::now();
     let resp = app.http.get(format!("{dead}/health")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);

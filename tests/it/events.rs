@@ -2,13 +2,11 @@
 //! reserve path touches only Redis and SQS, the consumer merges events in any order, any number
 //! of times, and reports failures per message.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::harness::TestApp;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use common::TestApp;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::consumer::{self, Consumed};

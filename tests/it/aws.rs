@@ -1,8 +1,6 @@
 //! What a deployed function reads from AWS at cold start, against a real local endpoint (moto):
 //! the database login from Secrets Manager, and the migrate function's handler.
 
-mod common;
-
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
 use shared::{App, Settings};
@@ -13,7 +11,7 @@ fn settings(vars: Vec<(&'static str, String)>) -> Settings {
 }
 
 async fn secrets() -> aws_sdk_secretsmanager::Client {
-    let sdk = shared::aws::sdk_config(Some(&common::sqs_endpoint()), "us-east-1").await;
+    let sdk = shared::aws::sdk_config(Some(&crate::harness::sqs_endpoint()), "us-east-1").await;
     aws_sdk_secretsmanager::Client::new(&sdk)
 }
 
@@ -39,7 +37,7 @@ fn unique(prefix: &str) -> String {
 async fn the_database_login_comes_from_secrets_manager_and_migrate_applies_the_schema() {
     let db_name = unique("fg_test_secret");
     // A URL whose user does not exist: only the secret's user can log in.
-    let base = common::postgres_base();
+    let base = crate::harness::postgres_base();
     let url = format!(
         "{}/{db_name}",
         base.replacen("postgres@", "no_such_user@", 1)
@@ -64,7 +62,7 @@ async fn the_database_login_comes_from_secrets_manager_and_migrate_applies_the_s
     let mut with_secret = settings(vec![
         ("DATABASE_URL", url),
         ("DATABASE_SECRET_ARN", arn),
-        ("AWS_ENDPOINT_URL", common::sqs_endpoint()),
+        ("AWS_ENDPOINT_URL", crate::harness::sqs_endpoint()),
     ]);
     with_secret.resolve_secrets().await.expect("secret read");
     assert!(!format!("{with_secret:?}").contains("unused-under-trust-auth"));
@@ -88,7 +86,7 @@ async fn a_missing_or_malformed_secret_is_a_clear_start_up_error() {
     let missing = "arn:aws:secretsmanager:us-east-1:123456789012:secret:flashgate-absent-AbCdEf";
     let mut s = settings(vec![
         ("DATABASE_SECRET_ARN", missing.to_owned()),
-        ("AWS_ENDPOINT_URL", common::sqs_endpoint()),
+        ("AWS_ENDPOINT_URL", crate::harness::sqs_endpoint()),
     ]);
     let err = s.resolve_secrets().await.unwrap_err().to_string();
     assert!(err.contains("DATABASE_SECRET_ARN"), "{err}");
@@ -97,7 +95,7 @@ async fn a_missing_or_malformed_secret_is_a_clear_start_up_error() {
     let arn = create_secret(&unique("flashgate_bad"), "{\"user\": \"hunter2\"}").await;
     let mut s = settings(vec![
         ("DATABASE_SECRET_ARN", arn),
-        ("AWS_ENDPOINT_URL", common::sqs_endpoint()),
+        ("AWS_ENDPOINT_URL", crate::harness::sqs_endpoint()),
     ]);
     let err = s.resolve_secrets().await.unwrap_err().to_string();
     assert!(err.contains("is not {\"username\""), "{err}");

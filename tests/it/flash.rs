@@ -3,13 +3,11 @@
 //! mid-sale). Real Redis and Postgres throughout; faults are made with a TCP proxy that each
 //! test cuts for itself.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::harness::{redis_url, TestApp};
 use chrono::Utc;
-use common::{redis_url, TestApp};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::domain::VoucherCode;
@@ -285,8 +283,8 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
     let app = TestApp::spawn_with(&[]).await;
     app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
     // A second server on the same database whose Redis is the silent one.
-    let db_url = format!("{}/{}", common::postgres_base(), app.db_name);
-    let other = common::serve_with(&[
+    let db_url = format!("{}/{}", crate::harness::postgres_base(), app.db_name);
+    let other = crate::harness::serve_with(&[
         ("DATABASE_URL", &db_url),
         ("REDIS_URL", &silent_url),
         ("REDIS_TIMEOUT_MS", "500"),
@@ -487,7 +485,7 @@ async fn warm_up_loads_what_postgres_has_left_never_the_total() {
         .args(["warmup", "now"])
         .env(
             "DATABASE_URL",
-            format!("{}/{}", common::postgres_base(), app.db_name),
+            format!("{}/{}", crate::harness::postgres_base(), app.db_name),
         )
         .env("REDIS_URL", redis_url())
         .env("REDIS_KEY_PREFIX", format!("{}:", app.db_name))

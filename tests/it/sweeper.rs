@@ -2,13 +2,11 @@
 //! at once, orphan recovery, drift repair, a large backlog in bounded batches, and the Lambda
 //! entry with an EventBridge fixture.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::harness::TestApp;
 use chrono::Utc;
-use common::TestApp;
 use reqwest::StatusCode;
 use serde_json::json;
 use shared::domain::{OrderId, Reserve, Status, VoucherCode};
@@ -298,7 +296,8 @@ async fn the_sweeper_function_handles_an_eventbridge_schedule() {
         StatusCode::CREATED
     );
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let event = serde_json::from_str(include_str!("fixtures/eventbridge-schedule.json")).unwrap();
+    let event =
+        serde_json::from_str(include_str!("../fixtures/eventbridge-schedule.json")).unwrap();
     let event = lambda_runtime::LambdaEvent::new(event, lambda_runtime::Context::default());
     let report = shared::lambda::sweep_handler(&app.app, event)
         .await
