@@ -7,8 +7,8 @@
 //! with other tests it would change what every other test's clients trust, while they run.
 
 // The harness of the `it` binary, included whole: this binary uses a few of its items, so the
-// rest would be reported unused here although `it` uses every one of them.
-#[allow(dead_code)]
+// rest (and their re-exports) would be reported unused here, although `it` uses every one.
+#[allow(dead_code, unused_imports)]
 #[path = "it/harness/mod.rs"]
 mod harness;
 
@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use harness::TestApp;
 use serde_json::{json, Value};
+
+use harness::TestApp;
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -180,19 +181,27 @@ async fn a_flash_sale_runs_through_a_tls_redis() {
 
     // Clear text to a TLS port gets nowhere: health reports the gate down.
     let plain = format!("redis://localhost:{port}");
-    let app = TestApp::spawn_with(&[("REDIS_URL", &plain), ("REDIS_TIMEOUT_MS", "500")]).await;
+    let app = TestApp::builder()
+        .setting("REDIS_URL", plain)
+        .setting("REDIS_TIMEOUT_MS", "500")
+        .spawn()
+        .await;
     assert_eq!(redis_health(&app).await, "down");
 
     // Read by rustls-native-certs when a client is built. Trusting only an unrelated CA, the
     // server's certificate is refused: verification is on.
     std::env::set_var("SSL_CERT_FILE", dir.join("other-ca.pem"));
     let tls = format!("rediss://localhost:{port}");
-    let app = TestApp::spawn_with(&[("REDIS_URL", &tls), ("REDIS_TIMEOUT_MS", "500")]).await;
+    let app = TestApp::builder()
+        .setting("REDIS_URL", &tls)
+        .setting("REDIS_TIMEOUT_MS", "500")
+        .spawn()
+        .await;
     assert_eq!(redis_health(&app).await, "down");
 
     // Trusting the CA that signed it, the same URL works.
     std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem"));
-    let app = TestApp::spawn_with(&[("REDIS_URL", &tls)]).await;
+    let app = TestApp::builder().setting("REDIS_URL", tls).spawn().await;
     assert_eq!(redis_health(&app).await, "up");
 
     app.voucher("TLS-SALE", 1, json!({"flashSale": true})).await;

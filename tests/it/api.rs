@@ -29,16 +29,10 @@ in_both_modes!(
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::harness::TestApp;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-fn error_of(body: &str) -> String {
-    serde_json::from_str::<Value>(body).unwrap()["error"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned()
-}
+use crate::harness::{self, error_of, TestApp};
 
 /// Fires every request at once (all tasks wait on one barrier) and returns the answers in
 /// request order.
@@ -782,8 +776,7 @@ async fn health_reports_its_dependencies() {
 
     // Postgres unreachable: 503, quickly.
     let dead =
-        crate::harness::serve_with(&[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")])
-            .await;
+        harness::serve_with(&[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")]).await;
     let started = std::time::Instant::now();
     let resp = app.http.get(format!("{dead}/health")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -6,26 +6,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{redis_url, TestApp};
 use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::domain::VoucherCode;
 use shared::gate::{Gate, GateReply, Held, Meta, Removal, Removed};
 
-/// Seed nodes of the 3-node cluster `scripts/services.sh cluster` starts.
-fn cluster_url() -> String {
-    std::env::var("TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
-        "redis://127.0.0.1:7101,redis://127.0.0.1:7102,redis://127.0.0.1:7103".to_owned()
-    })
-}
-
-fn error_of(body: &str) -> String {
-    serde_json::from_str::<Value>(body).unwrap()["error"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned()
-}
+use crate::harness::{self, cluster_url, error_of, redis_url, TestApp};
 
 async fn every_script_outcome(gate: Gate) {
     let code = VoucherCode::parse(&format!(
@@ -185,8 +172,13 @@ async fn gate_scripts_answer_every_outcome_on_a_redis_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reserve_and_release_over_http_on_a_redis_cluster() {
     let url = cluster_url();
-    let app =
-        Arc::new(TestApp::spawn_with(&[("REDIS_CLUSTER", "true"), ("REDIS_URL", &url)]).await);
+    let app = Arc::new(
+        TestApp::builder()
+            .setting("REDIS_CLUSTER", "true")
+            .setting("REDIS_URL", url)
+            .spawn()
+            .await,
+    );
     app.voucher("CLUSTERED", 10, json!({"flashSale": true}))
         .await;
     let tasks: Vec<_> = (1..=60)
@@ -234,7 +226,11 @@ async fn reserve_and_release_over_http_on_a_redis_cluster() {
 
 #[tokio::test]
 async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
-    let app = TestApp::spawn_with(&[("REDIS_PROXY", "1"), ("REDIS_TIMEOUT_MS", "500")]).await;
+    let app = TestApp::builder()
+        .with_redis_proxy()
+        .setting("REDIS_TIMEOUT_MS", "500")
+        .spawn()
+        .await;
     app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
     app.voucher("PLAIN", 5, json!({})).await;
     assert_eq!(
@@ -242,7 +238,7 @@ async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
         StatusCode::CREATED
     );
 
-    app.redis_proxy.as_ref().unwrap().set_up(false);
+    app.redis_proxy().set_up(false);
     let started = Instant::now();
     let resp = app
         .http
@@ -280,11 +276,11 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
             held.push(s);
         }
     });
-    let app = TestApp::spawn_with(&[]).await;
+    let app = TestApp::spawn().await;
     app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
     // A second server on the same database whose Redis is the silent one.
-    let db_url = format!("{}/{}", crate::harness::postgres_base(), app.db_name);
-    let other = crate::harness::serve_with(&[
+    let db_url = app.database_url();
+    let other = harness::serve_with(&[
         ("DATABASE_URL", &db_url),
         ("REDIS_URL", &silent_url),
         ("REDIS_TIMEOUT_MS", "500"),
@@ -308,13 +304,17 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
 
 #[tokio::test]
 async fn postgres_down_in_mode_a_answers_503_and_gives_the_use_back() {
-    let app = TestApp::spawn_with(&[("PG_PROXY", "1"), ("DATABASE_TIMEOUT_MS", "1000")]).await;
+    let app = TestApp::builder()
+        .with_pg_proxy()
+        .setting("DATABASE_TIMEOUT_MS", "1000")
+        .spawn()
+        .await;
     app.voucher("PGDOWN", 5, json!({"flashSale": true})).await;
     let (status, first) = app.reserve("PGDOWN", 1, "o1", 10).await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(app.gate_remaining("PGDOWN").await, Some(4));
 
-    app.pg_proxy.as_ref().unwrap().set_up(false);
+    app.pg_proxy().set_up(false);
     let (status, body) = app.reserve("PGDOWN", 2, "o2", 10).await;
     assert_eq!(
         (status, error_of(&body).as_str()),
@@ -328,7 +328,7 @@ async fn postgres_down_in_mode_a_answers_503_and_gives_the_use_back() {
     let (status, _) = app.json("GET", "/health", None).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 
-    app.pg_proxy.as_ref().unwrap().set_up(true);
+    app.pg_proxy().set_up(true);
     // The client's retry with the same orderId goes through, and the first order replays.
     assert_eq!(
         app.reserve("PGDOWN", 2, "o2", 10).await.0,
@@ -397,12 +397,12 @@ async fn redis_emptied_mid_sale_never_over_allocates() {
 
 #[tokio::test]
 async fn sold_out_short_cut_answers_without_redis_but_replays_winners() {
-    let app = TestApp::spawn_with(&[
-        ("REDIS_PROXY", "1"),
-        ("SOLD_OUT_CACHE_MS", "1500"),
-        ("REDIS_TIMEOUT_MS", "500"),
-    ])
-    .await;
+    let app = TestApp::builder()
+        .with_redis_proxy()
+        .setting("SOLD_OUT_CACHE_MS", "1500")
+        .setting("REDIS_TIMEOUT_MS", "500")
+        .spawn()
+        .await;
     app.voucher("GONE", 1, json!({"flashSale": true})).await;
     let first = app.reserve("GONE", 1, "o1", 10).await;
     assert_eq!(first.0, StatusCode::CREATED);
@@ -415,7 +415,7 @@ async fn sold_out_short_cut_answers_without_redis_but_replays_winners() {
     // Inside the window a winner's retry still gets its own 201, byte for byte.
     assert_eq!(app.reserve("GONE", 1, "o1", 10).await, first);
     // And with Redis gone, the process still answers OUT_OF_STOCK itself.
-    app.redis_proxy.as_ref().unwrap().set_up(false);
+    app.redis_proxy().set_up(false);
     let (status, body) = app.reserve("GONE", 3, "o3", 10).await;
     assert_eq!(
         (status, error_of(&body).as_str()),
@@ -428,7 +428,7 @@ async fn sold_out_short_cut_answers_without_redis_but_replays_winners() {
         app.reserve("GONE", 4, "o4", 10).await.0,
         StatusCode::SERVICE_UNAVAILABLE
     );
-    app.redis_proxy.as_ref().unwrap().set_up(true);
+    app.redis_proxy().set_up(true);
     assert_eq!(app.counts("GONE").await.used_count, 1);
 }
 
@@ -483,12 +483,9 @@ async fn warm_up_loads_what_postgres_has_left_never_the_total() {
     app.flush_gate().await;
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_flashgate"))
         .args(["warmup", "now"])
-        .env(
-            "DATABASE_URL",
-            format!("{}/{}", crate::harness::postgres_base(), app.db_name),
-        )
+        .env("DATABASE_URL", app.database_url())
         .env("REDIS_URL", redis_url())
-        .env("REDIS_KEY_PREFIX", format!("{}:", app.db_name))
+        .env("REDIS_KEY_PREFIX", app.key_prefix())
         .env("RUST_LOG", "warn")
         .output()
         .unwrap();

@@ -1,12 +1,13 @@
 //! The Lambda entry path: an API Gateway HTTP API (v2) event, as kept in `tests/fixtures`, goes
 //! through `lambda_http`'s conversion into the router a function mounts (`Routes::Reserve`).
 
-use crate::harness::TestApp;
 use http_body_util::BodyExt;
 use lambda_http::request::LambdaRequest;
 use serde_json::{json, Value};
 use shared::http::{router, Routes};
 use tower::ServiceExt;
+
+use crate::harness::TestApp;
 
 const RESERVE_EVENT: &str = include_str!("../fixtures/apigw-v2-reserve.json");
 

@@ -5,17 +5,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::harness::TestApp;
 use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::json;
-use shared::domain::{OrderId, Reserve, Status, VoucherCode};
+use shared::domain::Status;
 use shared::gate::GateReply;
 use shared::store::{Merge, MergeOutcome};
 
-fn code(s: &str) -> VoucherCode {
-    VoucherCode::parse(s).unwrap()
-}
+use crate::harness::{reserve_req, voucher_code, TestApp};
 
 async fn expired_uses_come_back(flash: bool) {
     let app = TestApp::spawn_mode(flash).await;
@@ -87,12 +84,7 @@ async fn two_sweeps_at_once_release_each_of_5000_once() {
                     if i >= 5000 {
                         return;
                     }
-                    let r = Reserve {
-                        code: code("MANY"),
-                        order_id: OrderId::parse(&format!("o{i}")).unwrap(),
-                        customer_id: 1 + i % 700,
-                        order_amount: 10,
-                    };
+                    let r = reserve_req("MANY", 1 + i % 700, &format!("o{i}"));
                     app.app.reserve(&r).await.unwrap();
                 }
             })
@@ -132,9 +124,11 @@ async fn two_sweeps_at_once_release_each_of_5000_once() {
 
 #[tokio::test]
 async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
-    let app = TestApp::spawn_with(&[("ORPHAN_GRACE_SECONDS", "0")]).await;
-    let mut app = app;
-    app.flash = true;
+    let app = TestApp::builder()
+        .flash(true)
+        .setting("ORPHAN_GRACE_SECONDS", "0")
+        .spawn()
+        .await;
     app.voucher("ORPH", 5, json!({"reservationTtlSeconds": 1}))
         .await;
     let gate = &app.app.gate;
@@ -142,7 +136,7 @@ async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
     // one just now (still in flight, not an orphan yet).
     let old = Utc::now().timestamp_millis() - 10_000;
     let GateReply::Reserved(held) = gate
-        .reserve(&code("ORPH"), 7, "lost", 4321, old)
+        .reserve(&voucher_code("ORPH"), 7, "lost", 4321, old)
         .await
         .unwrap()
     else {
@@ -150,7 +144,7 @@ async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
     };
     let now = Utc::now().timestamp_millis();
     assert!(matches!(
-        gate.reserve(&code("ORPH"), 8, "young", 10, now)
+        gate.reserve(&voucher_code("ORPH"), 8, "young", 10, now)
             .await
             .unwrap(),
         GateReply::Reserved(_)
@@ -235,7 +229,7 @@ async fn drift_in_the_gate_is_reported_and_repaired_when_nothing_is_in_flight() 
     let now = Utc::now().timestamp_millis();
     app.app
         .gate
-        .reserve(&code("DRIFT"), 50, "flying", 10, now)
+        .reserve(&voucher_code("DRIFT"), 50, "flying", 10, now)
         .await
         .unwrap();
     app.set_gate_remaining("DRIFT", 3).await;
