@@ -5,7 +5,7 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
 use shared::App;
 
-use crate::harness::{postgres_base, settings, sqs_endpoint, unique_name};
+use crate::harness::{postgres_base, settings, sqs_endpoint, unique_name, Cleanup};
 
 async fn secrets() -> aws_sdk_secretsmanager::Client {
     let sdk = shared::aws::sdk_config(Some(&sqs_endpoint()), "us-east-1").await;
@@ -29,6 +29,8 @@ async fn create_secret(name: &str, text: &str) -> String {
 #[tokio::test]
 async fn the_database_login_comes_from_secrets_manager_and_migrate_applies_the_schema() {
     let db_name = unique_name("fg_test_secret");
+    // The migrate handler creates the database; it goes when the test ends.
+    let _cleanup = Cleanup::database(&db_name);
     // A URL whose user does not exist: only the secret's user can log in.
     let base = postgres_base();
     let url = format!(

@@ -11,11 +11,12 @@ use tokio::sync::oneshot;
 
 use super::{
     create_queues, postgres_base, redis_url, settings, sqs_endpoint, unique_name, voucher_code,
-    Proxy,
+    Cleanup, Proxy,
 };
 
 /// Starts one more server, HTTP only, on exactly `vars` (a second process with another set-up,
-/// e.g. a dead dependency), and returns its base URL.
+/// e.g. a dead dependency), and returns its base URL. It has no database of its own: one it
+/// shares goes with the test that made it.
 pub async fn serve_with(vars: &[(&str, &str)]) -> String {
     let app = App::new(&settings(vars)).unwrap();
     let (listener, addr) = server::bind("127.0.0.1", 0).await.unwrap();
@@ -81,6 +82,8 @@ impl TestAppBuilder {
         let db_name = unique_name("fg_test");
         let db_url = format!("{}/{db_name}", postgres_base());
         let key_prefix = format!("{db_name}:");
+        // Made before anything is created, so a failure below still cleans up.
+        let mut cleanup = Cleanup::database(&db_name);
 
         let mut vars: BTreeMap<String, String> = [
             ("REDIS_URL", redis_url()),
@@ -132,6 +135,12 @@ impl TestAppBuilder {
 
         let vars: Vec<(String, String)> = vars.into_iter().collect();
         let settings = settings(&vars);
+        // Its keys are on the test Redis, or on the cluster's nodes.
+        let mut nodes = vec![redis_url()];
+        if settings.redis_cluster {
+            nodes.extend(settings.redis_url.split(',').map(str::to_owned));
+        }
+        cleanup = cleanup.and_redis_keys(&nodes, &key_prefix);
 
         let app = App::new(&settings).expect("app");
         app.prepare_database().await.expect("migrate");
@@ -165,6 +174,7 @@ impl TestAppBuilder {
             redis_proxy,
             dlq_url,
             shutdown: Some(tx),
+            _cleanup: cleanup,
         }
     }
 }
@@ -196,6 +206,9 @@ pub struct TestApp {
     redis_proxy: Option<Proxy>,
     dlq_url: Option<String>,
     shutdown: Option<oneshot::Sender<()>>,
+    /// Last on purpose: fields drop after [`Drop::drop`] has told the server to stop, in the
+    /// order declared, so the database goes after everything else the test held.
+    _cleanup: Cleanup,
 }
 
 impl TestApp {
@@ -439,6 +452,11 @@ pub struct Counts {
 }
 
 impl Drop for TestApp {
+    /// Stops the server; the `_cleanup` field, dropped next, then removes the database and keys.
+    ///
+    /// The server is told to stop, not awaited: `Drop` cannot await, and on a single-threaded
+    /// test runtime its task runs only once this returns. The database is dropped with `FORCE`
+    /// for that reason: whatever the server still holds is cut off.
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());

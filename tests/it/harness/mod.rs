@@ -1,12 +1,15 @@
 //! Test harness: each test gets its own fresh database and its own server, started in-process
-//! on port 0, and talks to it over real HTTP.
+//! on port 0, and talks to it over real HTTP. What a test leaves behind (its database, its
+//! Redis keys) goes when its [`TestApp`] is dropped.
 
 mod app;
+mod cleanup;
 mod helpers;
 mod proxy;
 mod sqs;
 
 pub use app::{serve_with, TestApp};
+pub use cleanup::Cleanup;
 pub use helpers::{error_of, reserve_req, settings, unique_name, voucher_code, wait_for};
 pub use proxy::Proxy;
 pub use sqs::create_queues;
