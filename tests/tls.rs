@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use harness::TestApp;
+use harness::{wait_for, TestApp};
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -147,16 +147,17 @@ async fn start_tls_redis(dir: &Path, port: u16) -> Server {
         .spawn()
         .expect("redis-server starts");
     let server = Server(child);
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("redis-server with TLS did not listen on {port}");
+    wait_for(
+        &format!("redis-server with TLS to listen on {port}"),
+        Duration::from_secs(5),
+        async || {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    server
 }
 
 /// What the service's `/health` says of Redis: "up" or "down".

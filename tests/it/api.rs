@@ -347,6 +347,7 @@ async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed(flash: b
     let (status, body) = app.reserve("SHORT", 1, "o1", 10).await;
     assert_eq!(status, StatusCode::CREATED);
     let reserved: Value = serde_json::from_str(&body).unwrap();
+    // A fixed wait on purpose: the clock passing the 1 s TTL is what this test is about.
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     let (_, view) = app
         .json("GET", "/vouchers/SHORT/reservations/o1", None)

@@ -295,6 +295,8 @@ async fn postgres_down_while_500_events_queue_up_then_all_land() {
         );
     }
     assert_eq!(app.gate_remaining("PGOFF").await, Some(99));
+    // A fixed wait on purpose: the outage goes on a while after the burst, so the poller's
+    // deliveries fail and go back to the queue before Postgres returns.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     app.pg_proxy().set_up(true);

@@ -381,6 +381,7 @@ async fn redis_emptied_mid_sale_never_over_allocates() {
     let flusher = {
         let app = app.clone();
         tokio::spawn(async move {
+            // A fixed delay on purpose: it aims the flush into the middle of the wave.
             tokio::time::sleep(Duration::from_millis(30)).await;
             app.flush_gate().await;
         })
@@ -422,7 +423,8 @@ async fn sold_out_short_cut_answers_without_redis_but_replays_winners() {
         (StatusCode::CONFLICT, "OUT_OF_STOCK")
     );
 
-    // After the window, the gate is asked again (and is down).
+    // After the window, the gate is asked again (and is down). A fixed wait on purpose: the
+    // window's length is what is tested.
     tokio::time::sleep(Duration::from_millis(1600)).await;
     assert_eq!(
         app.reserve("GONE", 4, "o4", 10).await.0,

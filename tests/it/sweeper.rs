@@ -12,7 +12,7 @@ use shared::domain::Status;
 use shared::gate::GateReply;
 use shared::store::{Merge, MergeOutcome};
 
-use crate::harness::{reserve_req, voucher_code, TestApp};
+use crate::harness::{reserve_req, voucher_code, wait_for, TestApp};
 
 async fn expired_uses_come_back(flash: bool) {
     let app = TestApp::spawn_mode(flash).await;
@@ -25,6 +25,7 @@ async fn expired_uses_come_back(flash: bool) {
         );
     }
     assert_eq!(app.view("BRIEF").await["remaining"], 0);
+    // A fixed wait on purpose: the clock passing the 1 s TTL is what makes them due.
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
     let report = app.app.sweep().await.unwrap();
@@ -95,6 +96,7 @@ async fn two_sweeps_at_once_release_each_of_5000_once() {
     }
     assert_eq!(app.counts("MANY").await.used_count, 5000);
     assert_eq!(app.gate_remaining("MANY").await, Some(0));
+    // A fixed wait on purpose: the clock passing the 1 s TTL is what makes them due.
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
     let (a, b) = tokio::join!(app.app.sweep(), app.app.sweep());
@@ -212,7 +214,12 @@ async fn drift_in_the_gate_is_reported_and_repaired_when_nothing_is_in_flight() 
         );
     }
     // Let the pending marks clear (they are cleared off the request path).
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for(
+        "the pending marks to clear",
+        Duration::from_secs(5),
+        async || app.gate_pending("DRIFT").await == 0,
+    )
+    .await;
     app.set_gate_remaining("DRIFT", 5).await;
 
     let report = app.app.sweep().await.unwrap();
@@ -289,6 +296,7 @@ async fn the_sweeper_function_handles_an_eventbridge_schedule() {
         app.reserve("LAMBDA", 1, "o1", 10).await.0,
         StatusCode::CREATED
     );
+    // A fixed wait on purpose: the clock passing the 1 s TTL is what makes it due.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let event =
         serde_json::from_str(include_str!("../fixtures/eventbridge-schedule.json")).unwrap();
