@@ -2,9 +2,11 @@
 //! through rustls and verifies the server against the trusted roots. A real redis-server with
 //! TLS on, its certificate signed by a CA made for the test, trusted through `SSL_CERT_FILE`.
 //!
-//! Its own test binary, apart from `tests/it`: the test sets `SSL_CERT_FILE`, which is
-//! process-wide, and the TLS roots read from it are process-wide state too. In a binary shared
-//! with other tests it would change what every other test's clients trust, while they run.
+//! Its own test binary, apart from `tests/it`: the test changes `SSL_CERT_FILE`, an environment
+//! variable of the whole process, from which every rustls client built afterwards takes its
+//! trusted roots. In a binary shared with other tests it would change what their clients trust
+//! while they run; and setting a variable while other threads read the environment is a data
+//! race.
 
 // The harness of the `it` binary, included whole: this binary uses a few of its items, so the
 // rest (and their re-exports) would be reported unused here, although `it` uses every one.

@@ -1,5 +1,5 @@
-//! What a test leaves behind goes when the test ends, passed or failed: thousands of databases
-//! pile up otherwise, and every one of them slows Postgres' own bookkeeping.
+//! What a test leaves behind goes when the test ends, passed or failed: otherwise every run
+//! adds a database per test, and its keys in Redis, for someone else to drop.
 
 use std::time::Duration;
 
