@@ -2,16 +2,25 @@
 //! through rustls and verifies the server against the trusted roots. A real redis-server with
 //! TLS on, its certificate signed by a CA made for the test, trusted through `SSL_CERT_FILE`.
 //!
-//! Its own test binary: `SSL_CERT_FILE` is process-wide.
+//! Its own test binary, apart from `tests/it`: the test changes `SSL_CERT_FILE`, an environment
+//! variable of the whole process, from which every rustls client built afterwards takes its
+//! trusted roots. In a binary shared with other tests it would change what their clients trust
+//! while they run; and setting a variable while other threads read the environment is a data
+//! race.
 
-mod common;
+// The harness of the `it` binary, included whole: this binary uses a few of its items, so the
+// rest (and their re-exports) would be reported unused here, although `it` uses every one.
+#[allow(dead_code, unused_imports)]
+#[path = "it/harness/mod.rs"]
+mod harness;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::TestApp;
 use serde_json::{json, Value};
+
+use harness::{wait_for, TestApp};
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -140,16 +149,17 @@ async fn start_tls_redis(dir: &Path, port: u16) -> Server {
         .spawn()
         .expect("redis-server starts");
     let server = Server(child);
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("redis-server with TLS did not listen on {port}");
+    wait_for(
+        &format!("redis-server with TLS to listen on {port}"),
+        Duration::from_secs(5),
+        async || {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    server
 }
 
 /// What the service's `/health` says of Redis: "up" or "down".
@@ -174,19 +184,27 @@ async fn a_flash_sale_runs_through_a_tls_redis() {
 
     // Clear text to a TLS port gets nowhere: health reports the gate down.
     let plain = format!("redis://localhost:{port}");
-    let app = TestApp::spawn_with(&[("REDIS_URL", &plain), ("REDIS_TIMEOUT_MS", "500")]).await;
+    let app = TestApp::builder()
+        .setting("REDIS_URL", plain)
+        .setting("REDIS_TIMEOUT_MS", "500")
+        .spawn()
+        .await;
     assert_eq!(redis_health(&app).await, "down");
 
     // Read by rustls-native-certs when a client is built. Trusting only an unrelated CA, the
     // server's certificate is refused: verification is on.
     std::env::set_var("SSL_CERT_FILE", dir.join("other-ca.pem"));
     let tls = format!("rediss://localhost:{port}");
-    let app = TestApp::spawn_with(&[("REDIS_URL", &tls), ("REDIS_TIMEOUT_MS", "500")]).await;
+    let app = TestApp::builder()
+        .setting("REDIS_URL", &tls)
+        .setting("REDIS_TIMEOUT_MS", "500")
+        .spawn()
+        .await;
     assert_eq!(redis_health(&app).await, "down");
 
     // Trusting the CA that signed it, the same URL works.
     std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem"));
-    let app = TestApp::spawn_with(&[("REDIS_URL", &tls)]).await;
+    let app = TestApp::builder().setting("REDIS_URL", tls).spawn().await;
     assert_eq!(redis_health(&app).await, "up");
 
     app.voucher("TLS-SALE", 1, json!({"flashSale": true})).await;

@@ -2,28 +2,17 @@
 //! reserve path touches only Redis and SQS, the consumer merges events in any order, any number
 //! of times, and reports failures per message.
 
-mod common;
-
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use common::TestApp;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::consumer::{self, Consumed};
-use shared::domain::{OrderId, Reserve, VoucherCode};
 use shared::events::ReservedEvent;
 use shared::gate::GateReply;
 
-fn reserve_req(code: &str, customer: i64, order: &str) -> Reserve {
-    Reserve {
-        code: VoucherCode::parse(code).unwrap(),
-        order_id: OrderId::parse(order).unwrap(),
-        customer_id: customer,
-        order_amount: 10,
-    }
-}
+use crate::harness::{reserve_req, voucher_code, wait_for, TestApp};
 
 /// Receives every message on the test's queue (deleting them), returning their bodies.
 async fn drain(app: &TestApp) -> Vec<String> {
@@ -55,17 +44,15 @@ fn batch(bodies: &[String]) -> SqsEvent {
     event
 }
 
-async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
-    let app = Arc::new(TestApp::spawn_with(&[("EVENTS", "1"), ("EVENTS_POLL", "false")]).await);
+    let app = Arc::new(
+        TestApp::builder()
+            .with_events(3)
+            .setting("EVENTS_POLL", "false")
+            .spawn()
+            .await,
+    );
     app.voucher(
         "QUEUED",
         1000,
@@ -138,17 +125,17 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
         .unwrap()
         .get(0);
     assert_eq!(rows, 1000);
-    let pending: i64 = redis::cmd("ZCARD")
-        .arg(app.gate_key("QUEUED", "pending"))
-        .query_async(&mut app.redis().await)
-        .await
-        .unwrap();
+    let pending = app.gate_pending("QUEUED").await;
     assert_eq!(pending, 0, "every landed order left the pending set");
 }
 
 #[tokio::test]
 async fn release_and_confirm_may_arrive_before_their_reserved_event() {
-    let app = TestApp::spawn_with(&[("EVENTS", "1"), ("EVENTS_POLL", "false")]).await;
+    let app = TestApp::builder()
+        .with_events(3)
+        .setting("EVENTS_POLL", "false")
+        .spawn()
+        .await;
     app.voucher("EARLY", 5, json!({"flashSale": true})).await;
     let (status, reserved_a) = app.reserve("EARLY", 1, "a", 111).await;
     assert_eq!(status, StatusCode::CREATED);
@@ -226,7 +213,7 @@ async fn order_amounts(app: &TestApp, code: &str) -> Vec<i64> {
 
 #[tokio::test]
 async fn a_poison_message_goes_to_the_dead_letter_queue_and_the_rest_lands() {
-    let app = TestApp::spawn_with(&[("EVENTS", "1"), ("MAX_RECEIVE", "2")]).await;
+    let app = TestApp::builder().with_events(2).spawn().await;
     app.voucher("POISON", 5, json!({"flashSale": true})).await;
     let events = app.app.events.as_ref().unwrap();
     events
@@ -248,7 +235,7 @@ async fn a_poison_message_goes_to_the_dead_letter_queue_and_the_rest_lands() {
         app.counts("POISON").await.used_count == 3
     })
     .await;
-    let dlq = app.dlq_url.clone().unwrap();
+    let dlq = app.dlq_url();
     wait_for(
         "the poison message in the DLQ",
         Duration::from_secs(30),
@@ -257,7 +244,7 @@ async fn a_poison_message_goes_to_the_dead_letter_queue_and_the_rest_lands() {
                 .client()
                 .await
                 .get_queue_attributes()
-                .queue_url(&dlq)
+                .queue_url(dlq)
                 .attribute_names(
                     aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages,
                 )
@@ -274,13 +261,12 @@ async fn a_poison_message_goes_to_the_dead_letter_queue_and_the_rest_lands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_down_while_500_events_queue_up_then_all_land() {
     let app = Arc::new(
-        TestApp::spawn_with(&[
-            ("EVENTS", "1"),
-            ("PG_PROXY", "1"),
-            ("MAX_RECEIVE", "1000"),
-            ("DATABASE_TIMEOUT_MS", "500"),
-        ])
-        .await,
+        TestApp::builder()
+            .with_events(1000)
+            .with_pg_proxy()
+            .setting("DATABASE_TIMEOUT_MS", "500")
+            .spawn()
+            .await,
     );
     app.voucher("PGOFF", 600, json!({"flashSale": true})).await;
     assert_eq!(
@@ -288,7 +274,7 @@ async fn postgres_down_while_500_events_queue_up_then_all_land() {
         StatusCode::CREATED
     );
 
-    app.pg_proxy.as_ref().unwrap().set_up(false);
+    app.pg_proxy().set_up(false);
     // 32 at a time: the local SQS stand-in is one Python process.
     let slots = Arc::new(tokio::sync::Semaphore::new(32));
     let tasks: Vec<_> = (2..502)
@@ -309,9 +295,11 @@ async fn postgres_down_while_500_events_queue_up_then_all_land() {
         );
     }
     assert_eq!(app.gate_remaining("PGOFF").await, Some(99));
+    // A fixed wait on purpose: the outage goes on a while after the burst, so the poller's
+    // deliveries fail and go back to the queue before Postgres returns.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    app.pg_proxy.as_ref().unwrap().set_up(true);
+    app.pg_proxy().set_up(true);
     wait_for(
         "500 queued events to land",
         Duration::from_secs(60),
@@ -328,7 +316,13 @@ async fn postgres_down_while_500_events_queue_up_then_all_land() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_revocations() {
-    let app = Arc::new(TestApp::spawn_with(&[("EVENTS", "1"), ("EVENTS_POLL", "false")]).await);
+    let app = Arc::new(
+        TestApp::builder()
+            .with_events(3)
+            .setting("EVENTS_POLL", "false")
+            .spawn()
+            .await,
+    );
     app.voucher("LOST", 100, json!({"flashSale": true})).await;
     for i in 1..=100 {
         app.app
@@ -366,7 +360,7 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
 
     // Suppose it is loaded anyway (an operator forcing it): the gate offers 50 uses that the
     // queued events already hold, and hands them out again.
-    let code = VoucherCode::parse("LOST").unwrap();
+    let code = voucher_code("LOST");
     let (meta, remaining, users) = app.app.store.gate_source(&code).await.unwrap().unwrap();
     assert_eq!(remaining, 50);
     assert!(app

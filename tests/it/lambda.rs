@@ -1,16 +1,15 @@
 //! The Lambda entry path: an API Gateway HTTP API (v2) event, as kept in `tests/fixtures`, goes
 //! through `lambda_http`'s conversion into the router a function mounts (`Routes::Reserve`).
 
-mod common;
-
-use common::TestApp;
 use http_body_util::BodyExt;
 use lambda_http::request::LambdaRequest;
 use serde_json::{json, Value};
 use shared::http::{router, Routes};
 use tower::ServiceExt;
 
-const RESERVE_EVENT: &str = include_str!("fixtures/apigw-v2-reserve.json");
+use crate::harness::TestApp;
+
+const RESERVE_EVENT: &str = include_str!("../fixtures/apigw-v2-reserve.json");
 
 async fn invoke(routes: Routes, app: &TestApp, event: &str) -> (u16, Value) {
     let event: LambdaRequest =
@@ -60,7 +59,7 @@ async fn a_function_serves_only_its_own_family() {
 async fn consumer_lands_the_sqs_fixture_event() {
     let app = TestApp::spawn().await;
     app.voucher("SMOKE-EVENTS", 5, json!({})).await;
-    let batch = serde_json::from_str(include_str!("fixtures/sqs-voucher-reserved.json"))
+    let batch = serde_json::from_str(include_str!("../fixtures/sqs-voucher-reserved.json"))
         .expect("fixture is an SQS event");
     let answer = shared::consumer::handle_batch(&app.app, batch).await;
     assert!(answer.batch_item_failures.is_empty());

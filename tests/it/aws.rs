@@ -1,19 +1,14 @@
 //! What a deployed function reads from AWS at cold start, against a real local endpoint (moto):
 //! the database login from Secrets Manager, and the migrate function's handler.
 
-mod common;
-
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
-use shared::{App, Settings};
+use shared::App;
 
-fn settings(vars: Vec<(&'static str, String)>) -> Settings {
-    Settings::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
-        .expect("settings")
-}
+use crate::harness::{postgres_base, settings, sqs_endpoint, unique_name, Cleanup};
 
 async fn secrets() -> aws_sdk_secretsmanager::Client {
-    let sdk = shared::aws::sdk_config(Some(&common::sqs_endpoint()), "us-east-1").await;
+    let sdk = shared::aws::sdk_config(Some(&sqs_endpoint()), "us-east-1").await;
     aws_sdk_secretsmanager::Client::new(&sdk)
 }
 
@@ -31,15 +26,13 @@ async fn create_secret(name: &str, text: &str) -> String {
         .to_owned()
 }
 
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
-}
-
 #[tokio::test]
 async fn the_database_login_comes_from_secrets_manager_and_migrate_applies_the_schema() {
-    let db_name = unique("fg_test_secret");
+    let db_name = unique_name("fg_test_secret");
+    // The migrate handler creates the database; it goes when the test ends.
+    let _cleanup = Cleanup::database(&db_name);
     // A URL whose user does not exist: only the secret's user can log in.
-    let base = common::postgres_base();
+    let base = postgres_base();
     let url = format!(
         "{}/{db_name}",
         base.replacen("postgres@", "no_such_user@", 1)
@@ -56,15 +49,15 @@ async fn the_database_login_comes_from_secrets_manager_and_migrate_applies_the_s
     .await;
 
     // Without the secret the URL's user is refused...
-    let bare = App::new(&settings(vec![("DATABASE_URL", url.clone())])).unwrap();
+    let bare = App::new(&settings(&[("DATABASE_URL", url.clone())])).unwrap();
     let err = bare.prepare_database().await.unwrap_err().to_string();
     assert!(err.contains("no_such_user"), "{err}");
 
     // ...with it, the migrate function's handler creates the database and applies everything.
-    let mut with_secret = settings(vec![
+    let mut with_secret = settings(&[
         ("DATABASE_URL", url),
         ("DATABASE_SECRET_ARN", arn),
-        ("AWS_ENDPOINT_URL", common::sqs_endpoint()),
+        ("AWS_ENDPOINT_URL", sqs_endpoint()),
     ]);
     with_secret.resolve_secrets().await.expect("secret read");
     assert!(!format!("{with_secret:?}").contains("unused-under-trust-auth"));
@@ -86,18 +79,18 @@ async fn the_database_login_comes_from_secrets_manager_and_migrate_applies_the_s
 #[tokio::test]
 async fn a_missing_or_malformed_secret_is_a_clear_start_up_error() {
     let missing = "arn:aws:secretsmanager:us-east-1:123456789012:secret:flashgate-absent-AbCdEf";
-    let mut s = settings(vec![
+    let mut s = settings(&[
         ("DATABASE_SECRET_ARN", missing.to_owned()),
-        ("AWS_ENDPOINT_URL", common::sqs_endpoint()),
+        ("AWS_ENDPOINT_URL", sqs_endpoint()),
     ]);
     let err = s.resolve_secrets().await.unwrap_err().to_string();
     assert!(err.contains("DATABASE_SECRET_ARN"), "{err}");
     assert!(err.contains("could not be read"), "{err}");
 
-    let arn = create_secret(&unique("flashgate_bad"), "{\"user\": \"hunter2\"}").await;
-    let mut s = settings(vec![
+    let arn = create_secret(&unique_name("flashgate_bad"), "{\"user\": \"hunter2\"}").await;
+    let mut s = settings(&[
         ("DATABASE_SECRET_ARN", arn),
-        ("AWS_ENDPOINT_URL", common::sqs_endpoint()),
+        ("AWS_ENDPOINT_URL", sqs_endpoint()),
     ]);
     let err = s.resolve_secrets().await.unwrap_err().to_string();
     assert!(err.contains("is not {\"username\""), "{err}");

@@ -3,31 +3,16 @@
 //! mid-sale). Real Redis and Postgres throughout; faults are made with a TCP proxy that each
 //! test cuts for itself.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use common::{redis_url, TestApp};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::domain::VoucherCode;
 use shared::gate::{Gate, GateReply, Held, Meta, Removal, Removed};
 
-/// Seed nodes of the 3-node cluster `scripts/services.sh cluster` starts.
-fn cluster_url() -> String {
-    std::env::var("TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
-        "redis://127.0.0.1:7101,redis://127.0.0.1:7102,redis://127.0.0.1:7103".to_owned()
-    })
-}
-
-fn error_of(body: &str) -> String {
-    serde_json::from_str::<Value>(body).unwrap()["error"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned()
-}
+use crate::harness::{self, cluster_url, error_of, redis_url, TestApp};
 
 async fn every_script_outcome(gate: Gate) {
     let code = VoucherCode::parse(&format!(
@@ -187,8 +172,13 @@ async fn gate_scripts_answer_every_outcome_on_a_redis_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reserve_and_release_over_http_on_a_redis_cluster() {
     let url = cluster_url();
-    let app =
-        Arc::new(TestApp::spawn_with(&[("REDIS_CLUSTER", "true"), ("REDIS_URL", &url)]).await);
+    let app = Arc::new(
+        TestApp::builder()
+            .setting("REDIS_CLUSTER", "true")
+            .setting("REDIS_URL", url)
+            .spawn()
+            .await,
+    );
     app.voucher("CLUSTERED", 10, json!({"flashSale": true}))
         .await;
     let tasks: Vec<_> = (1..=60)
@@ -236,7 +226,11 @@ async fn reserve_and_release_over_http_on_a_redis_cluster() {
 
 #[tokio::test]
 async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
-    let app = TestApp::spawn_with(&[("REDIS_PROXY", "1"), ("REDIS_TIMEOUT_MS", "500")]).await;
+    let app = TestApp::builder()
+        .with_redis_proxy()
+        .setting("REDIS_TIMEOUT_MS", "500")
+        .spawn()
+        .await;
     app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
     app.voucher("PLAIN", 5, json!({})).await;
     assert_eq!(
@@ -244,7 +238,7 @@ async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
         StatusCode::CREATED
     );
 
-    app.redis_proxy.as_ref().unwrap().set_up(false);
+    app.redis_proxy().set_up(false);
     let started = Instant::now();
     let resp = app
         .http
@@ -282,11 +276,11 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
             held.push(s);
         }
     });
-    let app = TestApp::spawn_with(&[]).await;
+    let app = TestApp::spawn().await;
     app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
     // A second server on the same database whose Redis is the silent one.
-    let db_url = format!("{}/{}", common::postgres_base(), app.db_name);
-    let other = common::serve_with(&[
+    let db_url = app.database_url();
+    let other = harness::serve_with(&[
         ("DATABASE_URL", &db_url),
         ("REDIS_URL", &silent_url),
         ("REDIS_TIMEOUT_MS", "500"),
@@ -310,13 +304,17 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
 
 #[tokio::test]
 async fn postgres_down_in_mode_a_answers_503_and_gives_the_use_back() {
-    let app = TestApp::spawn_with(&[("PG_PROXY", "1"), ("DATABASE_TIMEOUT_MS", "1000")]).await;
+    let app = TestApp::builder()
+        .with_pg_proxy()
+        .setting("DATABASE_TIMEOUT_MS", "1000")
+        .spawn()
+        .await;
     app.voucher("PGDOWN", 5, json!({"flashSale": true})).await;
     let (status, first) = app.reserve("PGDOWN", 1, "o1", 10).await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(app.gate_remaining("PGDOWN").await, Some(4));
 
-    app.pg_proxy.as_ref().unwrap().set_up(false);
+    app.pg_proxy().set_up(false);
     let (status, body) = app.reserve("PGDOWN", 2, "o2", 10).await;
     assert_eq!(
         (status, error_of(&body).as_str()),
@@ -330,7 +328,7 @@ async fn postgres_down_in_mode_a_answers_503_and_gives_the_use_back() {
     let (status, _) = app.json("GET", "/health", None).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 
-    app.pg_proxy.as_ref().unwrap().set_up(true);
+    app.pg_proxy().set_up(true);
     // The client's retry with the same orderId goes through, and the first order replays.
     assert_eq!(
         app.reserve("PGDOWN", 2, "o2", 10).await.0,
@@ -383,6 +381,7 @@ async fn redis_emptied_mid_sale_never_over_allocates() {
     let flusher = {
         let app = app.clone();
         tokio::spawn(async move {
+            // A fixed delay on purpose: it aims the flush into the middle of the wave.
             tokio::time::sleep(Duration::from_millis(30)).await;
             app.flush_gate().await;
         })
@@ -399,12 +398,12 @@ async fn redis_emptied_mid_sale_never_over_allocates() {
 
 #[tokio::test]
 async fn sold_out_short_cut_answers_without_redis_but_replays_winners() {
-    let app = TestApp::spawn_with(&[
-        ("REDIS_PROXY", "1"),
-        ("SOLD_OUT_CACHE_MS", "1500"),
-        ("REDIS_TIMEOUT_MS", "500"),
-    ])
-    .await;
+    let app = TestApp::builder()
+        .with_redis_proxy()
+        .setting("SOLD_OUT_CACHE_MS", "1500")
+        .setting("REDIS_TIMEOUT_MS", "500")
+        .spawn()
+        .await;
     app.voucher("GONE", 1, json!({"flashSale": true})).await;
     let first = app.reserve("GONE", 1, "o1", 10).await;
     assert_eq!(first.0, StatusCode::CREATED);
@@ -417,20 +416,21 @@ async fn sold_out_short_cut_answers_without_redis_but_replays_winners() {
     // Inside the window a winner's retry still gets its own 201, byte for byte.
     assert_eq!(app.reserve("GONE", 1, "o1", 10).await, first);
     // And with Redis gone, the process still answers OUT_OF_STOCK itself.
-    app.redis_proxy.as_ref().unwrap().set_up(false);
+    app.redis_proxy().set_up(false);
     let (status, body) = app.reserve("GONE", 3, "o3", 10).await;
     assert_eq!(
         (status, error_of(&body).as_str()),
         (StatusCode::CONFLICT, "OUT_OF_STOCK")
     );
 
-    // After the window, the gate is asked again (and is down).
+    // After the window, the gate is asked again (and is down). A fixed wait on purpose: the
+    // window's length is what is tested.
     tokio::time::sleep(Duration::from_millis(1600)).await;
     assert_eq!(
         app.reserve("GONE", 4, "o4", 10).await.0,
         StatusCode::SERVICE_UNAVAILABLE
     );
-    app.redis_proxy.as_ref().unwrap().set_up(true);
+    app.redis_proxy().set_up(true);
     assert_eq!(app.counts("GONE").await.used_count, 1);
 }
 
@@ -485,12 +485,9 @@ async fn warm_up_loads_what_postgres_has_left_never_the_total() {
     app.flush_gate().await;
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_flashgate"))
         .args(["warmup", "now"])
-        .env(
-            "DATABASE_URL",
-            format!("{}/{}", common::postgres_base(), app.db_name),
-        )
+        .env("DATABASE_URL", app.database_url())
         .env("REDIS_URL", redis_url())
-        .env("REDIS_KEY_PREFIX", format!("{}:", app.db_name))
+        .env("REDIS_KEY_PREFIX", app.key_prefix())
         .env("RUST_LOG", "warn")
         .output()
         .unwrap();

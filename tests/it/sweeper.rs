@@ -2,22 +2,17 @@
 //! at once, orphan recovery, drift repair, a large backlog in bounded batches, and the Lambda
 //! entry with an EventBridge fixture.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use common::TestApp;
 use reqwest::StatusCode;
 use serde_json::json;
-use shared::domain::{OrderId, Reserve, Status, VoucherCode};
+use shared::domain::Status;
 use shared::gate::GateReply;
 use shared::store::{Merge, MergeOutcome};
 
-fn code(s: &str) -> VoucherCode {
-    VoucherCode::parse(s).unwrap()
-}
+use crate::harness::{reserve_req, voucher_code, wait_for, TestApp};
 
 async fn expired_uses_come_back(flash: bool) {
     let app = TestApp::spawn_mode(flash).await;
@@ -30,6 +25,7 @@ async fn expired_uses_come_back(flash: bool) {
         );
     }
     assert_eq!(app.view("BRIEF").await["remaining"], 0);
+    // A fixed wait on purpose: the clock passing the 1 s TTL is what makes them due.
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
     let report = app.app.sweep().await.unwrap();
@@ -89,12 +85,7 @@ async fn two_sweeps_at_once_release_each_of_5000_once() {
                     if i >= 5000 {
                         return;
                     }
-                    let r = Reserve {
-                        code: code("MANY"),
-                        order_id: OrderId::parse(&format!("o{i}")).unwrap(),
-                        customer_id: 1 + i % 700,
-                        order_amount: 10,
-                    };
+                    let r = reserve_req("MANY", 1 + i % 700, &format!("o{i}"));
                     app.app.reserve(&r).await.unwrap();
                 }
             })
@@ -105,6 +96,7 @@ async fn two_sweeps_at_once_release_each_of_5000_once() {
     }
     assert_eq!(app.counts("MANY").await.used_count, 5000);
     assert_eq!(app.gate_remaining("MANY").await, Some(0));
+    // A fixed wait on purpose: the clock passing the 1 s TTL is what makes them due.
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
     let (a, b) = tokio::join!(app.app.sweep(), app.app.sweep());
@@ -134,9 +126,11 @@ async fn two_sweeps_at_once_release_each_of_5000_once() {
 
 #[tokio::test]
 async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
-    let app = TestApp::spawn_with(&[("ORPHAN_GRACE_SECONDS", "0")]).await;
-    let mut app = app;
-    app.flash = true;
+    let app = TestApp::builder()
+        .flash(true)
+        .setting("ORPHAN_GRACE_SECONDS", "0")
+        .spawn()
+        .await;
     app.voucher("ORPH", 5, json!({"reservationTtlSeconds": 1}))
         .await;
     let gate = &app.app.gate;
@@ -144,7 +138,7 @@ async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
     // one just now (still in flight, not an orphan yet).
     let old = Utc::now().timestamp_millis() - 10_000;
     let GateReply::Reserved(held) = gate
-        .reserve(&code("ORPH"), 7, "lost", 4321, old)
+        .reserve(&voucher_code("ORPH"), 7, "lost", 4321, old)
         .await
         .unwrap()
     else {
@@ -152,7 +146,7 @@ async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
     };
     let now = Utc::now().timestamp_millis();
     assert!(matches!(
-        gate.reserve(&code("ORPH"), 8, "young", 10, now)
+        gate.reserve(&voucher_code("ORPH"), 8, "young", 10, now)
             .await
             .unwrap(),
         GateReply::Reserved(_)
@@ -220,7 +214,12 @@ async fn drift_in_the_gate_is_reported_and_repaired_when_nothing_is_in_flight() 
         );
     }
     // Let the pending marks clear (they are cleared off the request path).
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for(
+        "the pending marks to clear",
+        Duration::from_secs(5),
+        async || app.gate_pending("DRIFT").await == 0,
+    )
+    .await;
     app.set_gate_remaining("DRIFT", 5).await;
 
     let report = app.app.sweep().await.unwrap();
@@ -237,7 +236,7 @@ async fn drift_in_the_gate_is_reported_and_repaired_when_nothing_is_in_flight() 
     let now = Utc::now().timestamp_millis();
     app.app
         .gate
-        .reserve(&code("DRIFT"), 50, "flying", 10, now)
+        .reserve(&voucher_code("DRIFT"), 50, "flying", 10, now)
         .await
         .unwrap();
     app.set_gate_remaining("DRIFT", 3).await;
@@ -297,8 +296,10 @@ async fn the_sweeper_function_handles_an_eventbridge_schedule() {
         app.reserve("LAMBDA", 1, "o1", 10).await.0,
         StatusCode::CREATED
     );
+    // A fixed wait on purpose: the clock passing the 1 s TTL is what makes it due.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let event = serde_json::from_str(include_str!("fixtures/eventbridge-schedule.json")).unwrap();
+    let event =
+        serde_json::from_str(include_str!("../fixtures/eventbridge-schedule.json")).unwrap();
     let event = lambda_runtime::LambdaEvent::new(event, lambda_runtime::Context::default());
     let report = shared::lambda::sweep_handler(&app.app, event)
         .await

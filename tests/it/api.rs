@@ -1,8 +1,6 @@
 //! The HTTP contract of DESIGN section 4 against a real server and a real Postgres.
 //! Every test runs on its own fresh database.
 
-mod common;
-
 /// Each contract test runs twice: once on standard vouchers (Postgres decides) and once on
 /// flash-sale vouchers (the Redis gate decides, mode A writes the winners to Postgres).
 macro_rules! in_both_modes {
@@ -31,16 +29,10 @@ in_both_modes!(
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::TestApp;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-fn error_of(body: &str) -> String {
-    serde_json::from_str::<Value>(body).unwrap()["error"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned()
-}
+use crate::harness::{self, error_of, TestApp};
 
 /// Fires every request at once (all tasks wait on one barrier) and returns the answers in
 /// request order.
@@ -355,6 +347,7 @@ async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed(flash: b
     let (status, body) = app.reserve("SHORT", 1, "o1", 10).await;
     assert_eq!(status, StatusCode::CREATED);
     let reserved: Value = serde_json::from_str(&body).unwrap();
+    // A fixed wait on purpose: the clock passing the 1 s TTL is what this test is about.
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     let (_, view) = app
         .json("GET", "/vouchers/SHORT/reservations/o1", None)
@@ -784,7 +777,7 @@ async fn health_reports_its_dependencies() {
 
     // Postgres unreachable: 503, quickly.
     let dead =
-        common::serve_with(&[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")]).await;
+        harness::serve_with(&[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")]).await;
     let started = std::time::Instant::now();
     let resp = app.http.get(format!("{dead}/health")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -1,0 +1,465 @@
+//! A server of the service for one test, on the test's own database and Redis key prefix.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use shared::gate::Keys;
+use shared::{server, App};
+use tokio::sync::oneshot;
+
+use super::{
+    create_queues, postgres_base, redis_url, settings, sqs_endpoint, unique_name, voucher_code,
+    Cleanup, Proxy,
+};
+
+/// Starts one more server, HTTP only, on exactly `vars` (a second process with another set-up,
+/// e.g. a dead dependency), and returns its base URL. It has no database of its own: one it
+/// shares goes with the test that made it.
+pub async fn serve_with(vars: &[(&str, &str)]) -> String {
+    let app = App::new(&settings(vars)).unwrap();
+    let (listener, addr) = server::bind("127.0.0.1", 0).await.unwrap();
+    tokio::spawn(server::serve(
+        listener,
+        app,
+        server::Background::NONE,
+        std::future::pending(),
+    ));
+    format!("http://{addr}")
+}
+
+/// How a [`TestApp`] is set up: the harness's own switches as methods, and the service's
+/// settings by name on top of the test defaults.
+#[must_use = "a builder does nothing until spawned"]
+pub struct TestAppBuilder {
+    flash: bool,
+    pg_proxy: bool,
+    redis_proxy: bool,
+    /// Mode B, with the queue's `maxReceiveCount`.
+    events: Option<u32>,
+    settings: Vec<(String, String)>,
+}
+
+impl TestAppBuilder {
+    /// Vouchers created through [`TestApp::voucher`] are flash-sale ones.
+    pub fn flash(mut self, flash: bool) -> Self {
+        self.flash = flash;
+        self
+    }
+
+    /// The server reaches Postgres through a [`Proxy`] the test can cut ([`TestApp::pg_proxy`]).
+    pub fn with_pg_proxy(mut self) -> Self {
+        self.pg_proxy = true;
+        self
+    }
+
+    /// The server reaches Redis through a [`Proxy`] the test can cut
+    /// ([`TestApp::redis_proxy`]).
+    pub fn with_redis_proxy(mut self) -> Self {
+        self.redis_proxy = true;
+        self
+    }
+
+    /// Mode B: a queue of the test's own and its dead-letter queue ([`TestApp::dlq_url`]),
+    /// where a message moves after `max_receive` receives.
+    pub fn with_events(mut self, max_receive: u32) -> Self {
+        self.events = Some(max_receive);
+        self
+    }
+
+    /// A service setting, as its environment variable would give it; it overrides the test
+    /// defaults.
+    pub fn setting(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.settings.push((name.to_owned(), value.into()));
+        self
+    }
+
+    /// Creates the database, migrates it, and starts the server. Redis keys get this test's
+    /// own prefix, so tests sharing one Redis never see each other.
+    pub async fn spawn(self) -> TestApp {
+        shared::telemetry::init_for_tests();
+        let db_name = unique_name("fg_test");
+        let db_url = format!("{}/{db_name}", postgres_base());
+        let key_prefix = format!("{db_name}:");
+        // Made before anything is created, so a failure below still cleans up.
+        let mut cleanup = Cleanup::database(&db_name);
+
+        let mut vars: BTreeMap<String, String> = [
+            ("REDIS_URL", redis_url()),
+            ("REDIS_KEY_PREFIX", key_prefix.clone()),
+            ("DATABASE_URL", db_url.clone()),
+            ("PORT", "0".into()),
+            // Thousands of requests queue for a handful of connections in the load tests.
+            ("DATABASE_TIMEOUT_MS", "30000".into()),
+            ("DATABASE_POOL_SIZE", "8".into()),
+            // A debug build serving 2,000 requests at once on 2 cores can starve the Redis
+            // driver task for longer than the production default; fault tests set their own.
+            ("REDIS_TIMEOUT_MS", "5000".into()),
+            // Tests sweep when they mean to.
+            ("SWEEP_INTERVAL_SECONDS", "0".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        if self.events.is_some() {
+            // The local SQS is a single Python process: slow under a burst, not down.
+            vars.insert("EVENTS_TIMEOUT_MS".into(), "20000".into());
+        }
+        vars.extend(self.settings);
+
+        let pg_proxy = if self.pg_proxy {
+            let (target, through) = via_proxy(&vars["DATABASE_URL"]);
+            let proxy = Proxy::start(&target).await;
+            vars.insert("DATABASE_URL".into(), through(proxy.addr));
+            Some(proxy)
+        } else {
+            None
+        };
+        let redis_proxy = if self.redis_proxy {
+            let (target, through) = via_proxy(&vars["REDIS_URL"]);
+            let proxy = Proxy::start(&target).await;
+            vars.insert("REDIS_URL".into(), through(proxy.addr));
+            Some(proxy)
+        } else {
+            None
+        };
+        let dlq_url = if let Some(max_receive) = self.events {
+            let (queue, dlq) = create_queues(&db_name, max_receive).await;
+            vars.insert("EVENTS_QUEUE_URL".into(), queue);
+            vars.insert("SQS_ENDPOINT_URL".into(), sqs_endpoint());
+            Some(dlq)
+        } else {
+            None
+        };
+
+        let vars: Vec<(String, String)> = vars.into_iter().collect();
+        let settings = settings(&vars);
+        // Its keys are on the test Redis, or on the cluster's nodes.
+        let mut nodes = vec![redis_url()];
+        if settings.redis_cluster {
+            nodes.extend(settings.redis_url.split(',').map(str::to_owned));
+        }
+        cleanup = cleanup.and_redis_keys(&nodes, &key_prefix);
+
+        let app = App::new(&settings).expect("app");
+        app.prepare_database().await.expect("migrate");
+        let (listener, addr) = server::bind("127.0.0.1", 0).await.expect("bind");
+        let (tx, rx) = oneshot::channel::<()>();
+        let served = app.clone();
+        let background = server::Background::from_settings(&settings);
+        tokio::spawn(async move {
+            server::serve(listener, served, background, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("serve")
+        });
+
+        let (db, conn) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls)
+            .await
+            .expect("connect test db");
+        tokio::spawn(conn);
+        TestApp {
+            flash: self.flash,
+            base: format!("http://{addr}"),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap(),
+            app,
+            db,
+            db_name,
+            pg_proxy,
+            redis_proxy,
+            dlq_url,
+            shutdown: Some(tx),
+            _cleanup: cleanup,
+        }
+    }
+}
+
+/// Splits `scheme://[user@]host:port[/rest]` into the `host:port` a proxy forwards to, and a
+/// function giving the same URL through a proxy at another address.
+fn via_proxy(url: &str) -> (String, impl Fn(std::net::SocketAddr) -> String) {
+    let (scheme, rest) = url.split_once("://").expect("URL with a scheme");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((user, host)) => (format!("{user}@"), host),
+        None => (String::new(), authority),
+    };
+    let (scheme, path) = (scheme.to_owned(), path.to_owned());
+    (host.to_owned(), move |proxy| {
+        format!("{scheme}://{user}{proxy}{path}")
+    })
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub app: App,
+    /// Direct connection to this test's database, for checks the API does not expose.
+    pub db: tokio_postgres::Client,
+    pub db_name: String,
+    flash: bool,
+    pg_proxy: Option<Proxy>,
+    redis_proxy: Option<Proxy>,
+    dlq_url: Option<String>,
+    shutdown: Option<oneshot::Sender<()>>,
+    /// Last on purpose: fields drop after [`Drop::drop`] has told the server to stop, in the
+    /// order declared, so the database goes after everything else the test held.
+    _cleanup: Cleanup,
+}
+
+impl TestApp {
+    pub fn builder() -> TestAppBuilder {
+        TestAppBuilder {
+            flash: false,
+            pg_proxy: false,
+            redis_proxy: false,
+            events: None,
+            settings: Vec::new(),
+        }
+    }
+
+    pub async fn spawn() -> TestApp {
+        Self::builder().spawn().await
+    }
+
+    /// A server whose test vouchers are flash-sale ones when `flash`.
+    pub async fn spawn_mode(flash: bool) -> TestApp {
+        Self::builder().flash(flash).spawn().await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// This test's database, reached directly (not through a proxy).
+    pub fn database_url(&self) -> String {
+        format!("{}/{}", postgres_base(), self.db_name)
+    }
+
+    /// The prefix of this test's Redis keys.
+    pub fn key_prefix(&self) -> String {
+        format!("{}:", self.db_name)
+    }
+
+    /// The proxy in front of Postgres ([`TestAppBuilder::with_pg_proxy`]).
+    pub fn pg_proxy(&self) -> &Proxy {
+        self.pg_proxy
+            .as_ref()
+            .expect("spawned without with_pg_proxy()")
+    }
+
+    /// The proxy in front of Redis ([`TestAppBuilder::with_redis_proxy`]).
+    pub fn redis_proxy(&self) -> &Proxy {
+        self.redis_proxy
+            .as_ref()
+            .expect("spawned without with_redis_proxy()")
+    }
+
+    /// The dead-letter queue of mode B ([`TestAppBuilder::with_events`]).
+    pub fn dlq_url(&self) -> &str {
+        self.dlq_url
+            .as_deref()
+            .expect("spawned without with_events()")
+    }
+
+    /// Sends a request and returns the status and the raw body text.
+    pub async fn call(&self, method: &str, path: &str, body: Option<&str>) -> (StatusCode, String) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_owned());
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status();
+        (status, resp.text().await.expect("body"))
+    }
+
+    pub async fn json(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let text = body.map(|b| b.to_string());
+        let (status, text) = self.call(method, path, text.as_deref()).await;
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+        };
+        (status, value)
+    }
+
+    /// Creates a voucher open now for a day; `overrides` replaces any field.
+    pub async fn voucher(&self, code: &str, total_limit: i64, overrides: Value) -> Value {
+        let now = chrono::Utc::now();
+        let mut body = json!({
+            "code": code,
+            "discountAmount": 100_000,
+            "minOrderAmount": 0,
+            "totalLimit": total_limit,
+            "perUserLimit": 1,
+            "startsAt": (now - chrono::Duration::minutes(5)).to_rfc3339(),
+            "endsAt": (now + chrono::Duration::days(1)).to_rfc3339(),
+            "flashSale": self.flash,
+        });
+        for (k, v) in overrides.as_object().into_iter().flatten() {
+            body[k] = v.clone();
+        }
+        let (status, view) = self.json("POST", "/vouchers", Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "create voucher: {view}");
+        view
+    }
+
+    pub async fn reserve(
+        &self,
+        code: &str,
+        customer: i64,
+        order: &str,
+        amount: i64,
+    ) -> (StatusCode, String) {
+        let body = json!({"customerId": customer, "orderId": order, "orderAmount": amount});
+        self.call(
+            "POST",
+            &format!("/vouchers/{code}/reservations"),
+            Some(&body.to_string()),
+        )
+        .await
+    }
+
+    pub async fn view(&self, code: &str) -> Value {
+        let (status, v) = self.json("GET", &format!("/vouchers/{code}"), None).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v
+    }
+
+    /// A connection to the Redis this test's server uses.
+    async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// The Redis keys of this test's voucher, as the gate names them.
+    pub fn gate_keys(&self, code: &str) -> Keys {
+        Keys::new(&self.key_prefix(), &voucher_code(code))
+    }
+
+    /// Uses left according to the gate (None: not loaded).
+    pub async fn gate_remaining(&self, code: &str) -> Option<i64> {
+        let mut r = self.redis().await;
+        redis::cmd("GET")
+            .arg(self.gate_keys(code).remaining)
+            .query_async(&mut r)
+            .await
+            .unwrap()
+    }
+
+    /// Orders the gate holds that Postgres has not confirmed to it yet.
+    pub async fn gate_pending(&self, code: &str) -> i64 {
+        let mut r = self.redis().await;
+        redis::cmd("ZCARD")
+            .arg(self.gate_keys(code).pending)
+            .query_async(&mut r)
+            .await
+            .unwrap()
+    }
+
+    /// Overwrites the gate's `remaining`, as drift would.
+    pub async fn set_gate_remaining(&self, code: &str, remaining: i64) {
+        let mut r = self.redis().await;
+        let _: () = redis::cmd("SET")
+            .arg(self.gate_keys(code).remaining)
+            .arg(remaining)
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    }
+
+    /// Deletes every gate key of this test: Redis "restarted empty" for this test alone. One
+    /// `DEL` of them all, so the keys go at once, as in a restart.
+    pub async fn flush_gate(&self) {
+        let mut r = self.redis().await;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.key_prefix()))
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        if !keys.is_empty() {
+            redis::cmd("DEL")
+                .arg(keys)
+                .query_async::<i64>(&mut r)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Every row of every table, as text: equal snapshots mean nothing was written.
+    pub async fn snapshot(&self) -> String {
+        let mut out = String::new();
+        for table in ["voucher", "voucher_customer", "redemption"] {
+            let rows = self
+                .db
+                .simple_query(&format!("SELECT t::text FROM {table} t ORDER BY t::text"))
+                .await
+                .unwrap();
+            for row in rows {
+                if let tokio_postgres::SimpleQueryMessage::Row(r) = row {
+                    out.push_str(r.get(0).unwrap_or(""));
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// Database-side facts for exact-count assertions.
+    pub async fn counts(&self, code: &str) -> Counts {
+        let row = self
+            .db
+            .query_one(
+                "SELECT v.used_count,
+                        (SELECT count(*) FROM redemption r WHERE r.voucher_code = v.code AND r.status IN (1, 2)),
+                        (SELECT COALESCE(max(active), 0) FROM voucher_customer c WHERE c.voucher_code = v.code),
+                        (SELECT COALESCE(max(n), 0) FROM (SELECT count(*) AS n FROM redemption r
+                           WHERE r.voucher_code = v.code AND r.status IN (1, 2) GROUP BY r.customer_id) x),
+                        (SELECT COALESCE(sum(active), 0) FROM voucher_customer c WHERE c.voucher_code = v.code)
+                   FROM voucher v WHERE v.code = $1",
+                &[&code],
+            )
+            .await
+            .unwrap();
+        Counts {
+            used_count: row.get::<_, i32>(0) as i64,
+            active_rows: row.get(1),
+            max_customer_counter: row.get::<_, i32>(2) as i64,
+            max_customer_rows: row.get(3),
+            customer_counter_sum: row.get(4),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub used_count: i64,
+    pub active_rows: i64,
+    pub max_customer_counter: i64,
+    pub max_customer_rows: i64,
+    pub customer_counter_sum: i64,
+}
+
+impl Drop for TestApp {
+    /// Stops the server; the `_cleanup` field, dropped next, then removes the database and keys.
+    ///
+    /// The server is told to stop, not awaited: `Drop` cannot await, and on a single-threaded
+    /// test runtime its task runs only once this returns. The database is dropped with `FORCE`
+    /// for that reason: whatever the server still holds is cut off.
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}

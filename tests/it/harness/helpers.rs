@@ -1,0 +1,57 @@
+//! Small helpers more than one test file needs.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use shared::domain::{OrderId, Reserve, VoucherCode};
+use shared::Settings;
+
+/// The `error` code of an error body ("" when there is none).
+pub fn error_of(body: &str) -> String {
+    serde_json::from_str::<Value>(body).unwrap()["error"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+pub fn voucher_code(code: &str) -> VoucherCode {
+    VoucherCode::parse(code).unwrap()
+}
+
+/// A reserve as the API would pass it to the service, for an order of 10.
+pub fn reserve_req(code: &str, customer: i64, order: &str) -> Reserve {
+    Reserve {
+        code: voucher_code(code),
+        order_id: OrderId::parse(order).unwrap(),
+        customer_id: customer,
+        order_amount: 10,
+    }
+}
+
+/// Settings made of exactly these variables (the last of a name wins), as if they were the
+/// whole environment.
+pub fn settings<K: AsRef<str>, V: AsRef<str>>(vars: &[(K, V)]) -> Settings {
+    Settings::from_lookup(|name| {
+        vars.iter()
+            .rev()
+            .find(|(k, _)| k.as_ref() == name)
+            .map(|(_, v)| v.as_ref().to_owned())
+    })
+    .expect("settings")
+}
+
+/// `prefix_<random>`: names of databases, queues and secrets no other test (or earlier run)
+/// uses.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Polls `check` until it holds, failing the test after `limit`: for what happens in the
+/// background, whose timing a test does not control.
+pub async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

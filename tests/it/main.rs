@@ -1,0 +1,12 @@
+//! The integration tests, one binary: each test gets its own database and its own server on
+//! port 0, and talks to it over real HTTP (see [`harness`]). One binary links the service once
+//! instead of once per file, and its tests share one pool of test threads.
+
+mod harness;
+
+mod api;
+mod aws;
+mod events;
+mod flash;
+mod lambda;
+mod sweeper;
