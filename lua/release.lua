@@ -1,10 +1,11 @@
--- Flashgate gate: take an order out of the gate. Safe to call any number of times.
+-- Flashgate gate: take an order out of the gate. Safe to call any number of times. Runs after
+-- entry.lua.
 --
 -- KEYS[1] remaining  KEYS[2] users  KEYS[3] orders  KEYS[4] pending   (see reserve.lua)
 -- ARGV[1] orderId
 -- ARGV[2] give_back  '1': an active order's use returns to `remaining`; '0': it does not
 --                    (REVOKED: Postgres refused the use, so the gate had one too many)
--- ARGV[3] tombstone  '1': leave "R|..." so the orderId can never reserve again (release);
+-- ARGV[3] tombstone  '1': leave a tombstone so the orderId can never reserve again (release);
 --                    '0': forget the order entirely (undo of a reserve Postgres did not take,
 --                    so that the client's retry with the same orderId starts afresh);
 --                    'keep': leave the order active (the gate counted an order twice, after it
@@ -14,26 +15,26 @@
 -- Returns RELEASED (was active), ALREADY (was a tombstone) or UNKNOWN (no entry).
 local order, give_back, tombstone = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
 local keep = ARGV[3] == 'keep'
-local entry = redis.call('HGET', KEYS[3], order)
+local e = entry_parse(redis.call('HGET', KEYS[3], order))
 redis.call('ZREM', KEYS[4], order)
-if not entry then
+if not e then
   if tombstone then
-    redis.call('HSET', KEYS[3], order, 'R|' .. ARGV[4] .. '|0|0|0')
+    local unknown = {customer = ARGV[4], reserved = '0', expires = '0', discount = '0', amount = '0'}
+    redis.call('HSET', KEYS[3], order, entry_format('R', unknown))
   end
   return 'UNKNOWN'
 end
-local state, owner, rest = string.match(entry, '^(%a)|(%d*)|(.*)$')
-if state == 'R' then
+if e.state == 'R' then
   return 'ALREADY'
 end
 if give_back then
   redis.call('INCR', KEYS[1])
 end
-if redis.call('HINCRBY', KEYS[2], owner, -1) <= 0 then
-  redis.call('HDEL', KEYS[2], owner)
+if redis.call('HINCRBY', KEYS[2], e.customer, -1) <= 0 then
+  redis.call('HDEL', KEYS[2], e.customer)
 end
 if tombstone then
-  redis.call('HSET', KEYS[3], order, 'R|' .. owner .. '|' .. rest)
+  redis.call('HSET', KEYS[3], order, entry_format('R', e))
 elseif not keep then
   redis.call('HDEL', KEYS[3], order)
 end

@@ -1,8 +1,10 @@
 -- Flashgate gate: the reconciler's repair, as a compare-and-set.
--- KEYS[1] remaining   ARGV[1] the value the reconciler read   ARGV[2] the value to set
--- Sets `remaining` only if nothing moved it since it was read: a reserve or release that ran in
--- between wins, and the next sweep looks again. Returns 1 when it set the value, else 0.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- KEYS[1] remaining  KEYS[2] pending   ARGV[1] the value the reconciler read  ARGV[2] the value to set
+-- Sets `remaining` only if nothing moved it since it was read (a reserve or release that ran in
+-- between wins, and the next sweep looks again) and no order is pending: an order reserved after
+-- the reconciler counted what was in flight, not yet in Postgres, would otherwise make the gate
+-- look short by one and the repair hand that use out twice. Returns 1 when it set the value.
+if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2])
   return 1
 end

@@ -1,33 +1,29 @@
--- Flashgate gate: reserve one use of a flash-sale voucher, atomically.
+-- Flashgate gate: reserve one use of a flash-sale voucher, atomically. Runs after entry.lua.
 --
 -- KEYS[1] voucher:{CODE}:meta       hash: discount, min_order, starts_ms, ends_ms, per_user, ttl_ms
 -- KEYS[2] voucher:{CODE}:remaining  string: uses left
 -- KEYS[3] voucher:{CODE}:users      hash: customerId -> active uses
--- KEYS[4] voucher:{CODE}:orders     hash: orderId ->
---                                   "A|customer|reservedMs|expiresMs|discount|orderAmount"
---                                   (active; entries written before the amount was kept end at
---                                   discount) or "R|..." (released tombstone)
+-- KEYS[4] voucher:{CODE}:orders     hash: orderId -> order entry (entry.lua)
 -- KEYS[5] voucher:{CODE}:pending    zset: orderId -> reservedMs, until Postgres has the row
 -- ARGV[1] customerId (decimal string)  ARGV[2] orderId  ARGV[3] orderAmount  ARGV[4] now (ms)
 --
--- Returns {outcome, customerId, reservedMs, expiresMs, discount} as strings. Outcomes:
--- RESERVED, DUPLICATE (same customer, active), ORDER_CONFLICT, RELEASED (tombstone),
+-- Returns {outcome, customerId, reservedMs, expiresMs, discount} as strings. Outcomes are the
+-- service's reserve vocabulary (the same words as fg_reserve and the HTTP errors):
+-- RESERVED, REPLAY (same customer, active), ORDER_CONFLICT, RESERVATION_RELEASED (tombstone),
 -- NOT_LOADED, NOT_STARTED, EXPIRED, MIN_ORDER_AMOUNT, ALREADY_USED, OUT_OF_STOCK.
 -- The clock is an argument so that every caller, and every test, decides with the same time.
 local customer, order = ARGV[1], ARGV[2]
 local amount, now = tonumber(ARGV[3]), tonumber(ARGV[4])
 
-local entry = redis.call('HGET', KEYS[4], order)
-if entry then
-  local state, owner, reserved, expires, discount =
-    string.match(entry, '^(%a)|(%d*)|(%d+)|(%d+)|(%d+)')
-  if owner ~= '' and owner ~= customer then
-    return {'ORDER_CONFLICT', owner, '0', '0', '0'}
+local e = entry_parse(redis.call('HGET', KEYS[4], order))
+if e then
+  if e.customer ~= '' and e.customer ~= customer then
+    return {'ORDER_CONFLICT', e.customer, '0', '0', '0'}
   end
-  if state == 'R' then
-    return {'RELEASED', owner, '0', '0', '0'}
+  if e.state == 'R' then
+    return {'RESERVATION_RELEASED', e.customer, '0', '0', '0'}
   end
-  return {'DUPLICATE', owner, reserved, expires, discount}
+  return {'REPLAY', e.customer, e.reserved, e.expires, e.discount}
 end
 
 local meta = redis.call('HMGET', KEYS[1],
@@ -46,10 +42,11 @@ if tonumber(redis.call('HGET', KEYS[3], customer) or '0') >= tonumber(meta[5]) t
 end
 if tonumber(remaining) <= 0 then return refuse('OUT_OF_STOCK') end
 
-local expires = string.format('%.0f', now + tonumber(meta[6]))
+local held = {customer = customer, reserved = ARGV[4],
+              expires = string.format('%.0f', now + tonumber(meta[6])),
+              discount = meta[1], amount = ARGV[3]}
 redis.call('DECR', KEYS[2])
 redis.call('HINCRBY', KEYS[3], customer, 1)
-redis.call('HSET', KEYS[4], order,
-  'A|' .. customer .. '|' .. ARGV[4] .. '|' .. expires .. '|' .. meta[1] .. '|' .. ARGV[3])
+redis.call('HSET', KEYS[4], order, entry_format('A', held))
 redis.call('ZADD', KEYS[5], ARGV[4], order)
-return {'RESERVED', customer, ARGV[4], expires, meta[1]}
+return {'RESERVED', customer, held.reserved, held.expires, held.discount}

@@ -1,4 +1,4 @@
-//! `flashgate`: the local server and the operator's command line (DESIGN section 10).
+//! `flashgate`: the local server and the operator's command line.
 //!
 //! `serve` runs the whole HTTP API, the same router the Lambda functions mount; `migrate`
 //! applies the schema and exits; `sweep` runs the sweeper once; `warmup CODE` loads a flash-sale
@@ -51,12 +51,12 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("database is up to date");
         }
         Command::Sweep => {
-            let report = app.sweep().await.context("sweep")?;
+            let report = app.sweeper().sweep().await.context("sweep")?;
             println!("{}", serde_json::to_string(&report)?);
         }
         Command::Warmup { code } => {
             let code = VoucherCode::parse(&code)?;
-            let warmed = app.warmup(&code).await.context("warm-up")?;
+            let warmed = app.reservations().warm(&code).await.context("warm-up")?;
             println!("{}", serde_json::to_string(&warmed)?);
         }
         Command::Serve { host } => {

@@ -1,4 +1,5 @@
-//! Configuration, layered: built-in defaults (DESIGN section 10), then the environment.
+//! Configuration, layered: built-in defaults (the table in README.md, "Configuration"), then
+//! the environment.
 //!
 //! Every binary (local server, CLI, Lambda functions) reads the same `Settings`, so a variable
 //! means the same thing wherever it is set. The database URL may carry a password, so it is kept

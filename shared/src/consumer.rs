@@ -11,27 +11,18 @@
 //! coming back, and the revocation is logged and counted.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use chrono::{DateTime, Utc};
 use futures::FutureExt;
 
-use crate::app::App;
-use crate::domain::{self, OrderId, Status, VoucherCode};
-use crate::errors::StoreError;
+use crate::domain::{OrderId, Status, VoucherCode};
+pub use crate::errors::ConsumeError;
 use crate::events::{Events, ReservedEvent, EVENT_TYPE, EVENT_VERSION};
-use crate::gate::Removal;
-use crate::store::{Merge, MergeOutcome};
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConsumeError {
-    /// Will never succeed: SQS retries it, then moves it to the dead-letter queue.
-    #[error("poison message: {0}")]
-    Poison(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
+use crate::gate::{Gate, Removal};
+use crate::store::{is_unknown_voucher, Merge, MergeOutcome, Store};
+use crate::telemetry::{emit_metrics, Chain, Unit};
 
 /// What one event did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,30 +37,11 @@ pub enum Consumed {
     Conflict,
 }
 
-/// The Lambda handler body: one SQS batch in, the failed message ids out.
-pub async fn handle_batch(app: &App, event: SqsEvent) -> SqsBatchResponse {
-    let mut response = SqsBatchResponse::default();
-    for message in event.records {
-        let id = message.message_id.clone().unwrap_or_default();
-        if let Err(problem) = consume_guarded(app, &message).await {
-            tracing::warn!(message_id = %id, error = %problem, "event failed");
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id;
-            response.batch_item_failures.push(failure);
-        }
-    }
-    response
-}
-
-/// One message, with a panic contained to it.
-async fn consume_guarded(app: &App, message: &SqsMessage) -> Result<Consumed, String> {
-    match AssertUnwindSafe(consume(app, message.body.as_deref().unwrap_or("")))
-        .catch_unwind()
-        .await
-    {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(_) => Err("panicked".to_owned()),
-    }
+/// The consumer: the store and the gate, nothing else.
+#[derive(Clone)]
+pub struct Consumer {
+    store: Store,
+    gate: Arc<Gate>,
 }
 
 pub fn parse(body: &str) -> Result<ReservedEvent, ConsumeError> {
@@ -86,92 +58,97 @@ pub fn parse(body: &str) -> Result<ReservedEvent, ConsumeError> {
     Ok(event)
 }
 
-pub async fn consume(app: &App, body: &str) -> Result<Consumed, ConsumeError> {
-    let e = parse(body)?;
-    let code = VoucherCode::parse(&e.code).expect("checked");
-    let ms = |t: i64| DateTime::<Utc>::from_timestamp_millis(t);
-    let merged = app
-        .store
-        .merge(&Merge {
-            code: code.as_str(),
-            order_id: &e.order_id,
-            customer_id: Some(e.customer_id),
-            status: Status::Reserved,
-            order_amount: Some(e.order_amount),
-            discount_amount: Some(e.discount_amount),
-            reserved_at: ms(e.reserved_at_ms),
-            expires_at: ms(e.expires_at_ms),
-            reason: None,
-            now: domain::millis(Utc::now()),
-            revoke: true,
-        })
-        .await
-        .map_err(|e| match e {
-            // An event for a voucher that does not exist will never land.
-            StoreError::Postgres(pg)
-                if pg.as_db_error().is_some_and(|d| d.code().code() == "FG404") =>
-            {
-                ConsumeError::Poison(pg.to_string())
-            }
-            other => ConsumeError::Store(other),
-        })?;
-    let consumed = match merged.outcome {
-        MergeOutcome::Applied => Consumed::Applied,
-        MergeOutcome::Revoked => {
-            revoked(app, &code, &e).await;
-            Consumed::Revoked
-        }
-        MergeOutcome::OrderConflict => {
-            tracing::error!(code = %e.code, order_id = %e.order_id, "event's orderId belongs to another customer");
-            Consumed::Conflict
-        }
-        _ => Consumed::Unchanged,
-    };
-    // Postgres has the row now: the order is no longer pending in the gate. If this fails, the
-    // sweeper clears it (it finds the row).
-    if let Err(err) = app.gate.settled(&code, &e.order_id).await {
-        tracing::warn!(code = %e.code, order_id = %e.order_id, error = %err, "pending not cleared");
+impl Consumer {
+    pub fn new(store: Store, gate: Arc<Gate>) -> Consumer {
+        Consumer { store, gate }
     }
-    Ok(consumed)
-}
 
-async fn revoked(app: &App, code: &VoucherCode, e: &ReservedEvent) {
-    tracing::error!(
-        code = %e.code,
-        order_id = %e.order_id,
-        customer_id = e.customer_id,
-        alert = "REVOKED",
-        "Postgres refused a use the gate granted; stored RELEASED/REVOKED"
-    );
-    println!(
-        "{}",
-        serde_json::json!({
-            "_aws": {
-                "Timestamp": Utc::now().timestamp_millis(),
-                "CloudWatchMetrics": [{
-                    "Namespace": "Flashgate",
-                    "Dimensions": [["Function"]],
-                    "Metrics": [{"Name": "Revoked", "Unit": "Count"}],
-                }],
-            },
-            "Function": "consumer",
-            "Revoked": 1,
-        })
-    );
-    // A tombstone, and the use does not come back: the gate had one too many.
-    if let Err(err) = app
-        .gate
-        .remove(code, &e.order_id, Removal::Revoke, Some(e.customer_id))
-        .await
-    {
-        tracing::warn!(code = %e.code, order_id = %e.order_id, error = %err, "gate revoke failed");
+    /// The Lambda handler body: one SQS batch in, the failed message ids out.
+    pub async fn handle_batch(&self, event: SqsEvent) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        for message in event.records {
+            let id = message.message_id.clone().unwrap_or_default();
+            if let Err(problem) = self.consume_guarded(&message).await {
+                tracing::warn!(message_id = %id, error = %problem, "event failed");
+                let mut failure = BatchItemFailure::default();
+                failure.item_identifier = id;
+                response.batch_item_failures.push(failure);
+            }
+        }
+        response
+    }
+
+    /// One message, with a panic contained to it.
+    async fn consume_guarded(&self, message: &SqsMessage) -> Result<Consumed, String> {
+        match AssertUnwindSafe(self.consume(message.body.as_deref().unwrap_or("")))
+            .catch_unwind()
+            .await
+        {
+            Ok(result) => result.map_err(|e| Chain(&e).to_string()),
+            Err(_) => Err("panicked".to_owned()),
+        }
+    }
+
+    pub async fn consume(&self, body: &str) -> Result<Consumed, ConsumeError> {
+        let e = parse(body)?;
+        let code = VoucherCode::parse(&e.code).expect("checked");
+        let merge = Merge::held(
+            &code,
+            &e.order_id,
+            e.held(),
+            e.order_amount,
+            Status::Reserved,
+        )
+        .revoking();
+        let merged = self.store.merge(&merge).await.map_err(|err| {
+            if is_unknown_voucher(&err) {
+                // An event for a voucher that does not exist will never land.
+                ConsumeError::Poison(Chain(&err).to_string())
+            } else {
+                ConsumeError::Store(err)
+            }
+        })?;
+        let consumed = match merged.outcome {
+            MergeOutcome::Applied => Consumed::Applied,
+            MergeOutcome::Revoked => {
+                self.revoked(&code, &e).await;
+                Consumed::Revoked
+            }
+            MergeOutcome::OrderConflict => {
+                tracing::error!(code = %e.code, order_id = %e.order_id, "event's orderId belongs to another customer");
+                Consumed::Conflict
+            }
+            _ => Consumed::Unchanged,
+        };
+        // Postgres has the row now: the order is no longer pending in the gate.
+        self.gate.settled_best_effort(&code, &e.order_id).await;
+        Ok(consumed)
+    }
+
+    async fn revoked(&self, code: &VoucherCode, e: &ReservedEvent) {
+        tracing::error!(
+            code = %e.code,
+            order_id = %e.order_id,
+            customer_id = e.customer_id,
+            alert = "REVOKED",
+            "Postgres refused a use the gate granted; stored RELEASED/REVOKED"
+        );
+        emit_metrics("consumer", &[("Revoked", Unit::Count, 1)]);
+        // A tombstone, and the use does not come back: the gate had one too many.
+        if let Err(err) = self
+            .gate
+            .remove(code, &e.order_id, Removal::Revoke, Some(e.customer_id))
+            .await
+        {
+            tracing::warn!(code = %e.code, order_id = %e.order_id, error = %Chain(&err), "gate revoke failed");
+        }
     }
 }
 
 /// The local stand-in for Lambda's SQS trigger (`flashgate serve` with a queue): receive,
 /// hand the batch to the same handler, delete what succeeded; failures become visible again
 /// and SQS redrives them to the dead-letter queue after `maxReceiveCount`.
-pub async fn poll(app: App, events: std::sync::Arc<Events>) {
+pub async fn poll(consumer: Consumer, events: Arc<Events>) {
     loop {
         // Short polls with a pause when empty: local SQS servers serialise long polls.
         match events.receive(Duration::ZERO).await {
@@ -184,7 +161,7 @@ pub async fn poll(app: App, events: std::sync::Arc<Events>) {
                     m.body = Some(r.body.clone());
                     batch.records.push(m);
                 }
-                let response = handle_batch(&app, batch).await;
+                let response = consumer.handle_batch(batch).await;
                 let failed: Vec<&str> = response
                     .batch_item_failures
                     .iter()
@@ -196,12 +173,12 @@ pub async fn poll(app: App, events: std::sync::Arc<Events>) {
                     .map(|r| r.receipt_handle.as_str())
                     .collect();
                 if let Err(e) = events.delete(&done).await {
-                    tracing::warn!(error = %e, "could not delete consumed messages");
+                    tracing::warn!(error = %Chain(&e), "could not delete consumed messages");
                 }
             }
             Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             Err(e) => {
-                tracing::warn!(error = %e, "queue poll failed");
+                tracing::warn!(error = %Chain(&e), "queue poll failed");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }

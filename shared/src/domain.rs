@@ -119,16 +119,83 @@ impl Status {
         matches!(self, Status::Reserved | Status::Confirmed)
     }
 
-    /// The merge of DESIGN section 2: the result of applying `incoming` on top of `self`.
+    /// The lattice merge (docs/ARCHITECTURE.md, "The reservation lattice"): the result of
+    /// applying `incoming` on top of `self`. `fg_merge` implements this in SQL; a test checks
+    /// the two agree on every transition.
     pub fn merge(self, incoming: Status) -> Status {
         self.max(incoming)
     }
 }
 
-/// Change of the active-use counters when a row goes from `old` (None: no row) to `new`.
+/// Change of the active-use counters when a row goes from `old` (None: no row) to `new`: what
+/// `fg_merge` adds to `used_count` and the customer's counter (checked by a test against SQL).
 pub fn active_delta(old: Option<Status>, new: Status) -> i32 {
     let active = |s: Option<Status>| s.is_some_and(Status::is_active) as i32;
     active(Some(new)) - active(old)
+}
+
+/// What a reserve came to: one vocabulary, spelled the same by the gate's `reserve.lua`, by
+/// SQL's `fg_reserve` (and the refusals `fg_merge` raises), and by the HTTP error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReserveOutcome {
+    /// A new use was taken.
+    Reserved,
+    /// The same customer's order already holds a use: a retry, answered like the first.
+    Replay,
+    /// The orderId holds this voucher for another customer.
+    OrderConflict,
+    /// The orderId's reservation was released; it cannot reserve again.
+    ReservationReleased,
+    VoucherNotFound,
+    /// The gate does not hold this voucher yet (gate only).
+    NotLoaded,
+    NotStarted,
+    Expired,
+    MinOrderAmount,
+    AlreadyUsed,
+    OutOfStock,
+}
+
+impl ReserveOutcome {
+    const ALL: [ReserveOutcome; 11] = [
+        ReserveOutcome::Reserved,
+        ReserveOutcome::Replay,
+        ReserveOutcome::OrderConflict,
+        ReserveOutcome::ReservationReleased,
+        ReserveOutcome::VoucherNotFound,
+        ReserveOutcome::NotLoaded,
+        ReserveOutcome::NotStarted,
+        ReserveOutcome::Expired,
+        ReserveOutcome::MinOrderAmount,
+        ReserveOutcome::AlreadyUsed,
+        ReserveOutcome::OutOfStock,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReserveOutcome::Reserved => "RESERVED",
+            ReserveOutcome::Replay => "REPLAY",
+            ReserveOutcome::OrderConflict => "ORDER_CONFLICT",
+            ReserveOutcome::ReservationReleased => "RESERVATION_RELEASED",
+            ReserveOutcome::VoucherNotFound => "VOUCHER_NOT_FOUND",
+            ReserveOutcome::NotLoaded => "NOT_LOADED",
+            ReserveOutcome::NotStarted => "NOT_STARTED",
+            ReserveOutcome::Expired => "EXPIRED",
+            ReserveOutcome::MinOrderAmount => "MIN_ORDER_AMOUNT",
+            ReserveOutcome::AlreadyUsed => "ALREADY_USED",
+            ReserveOutcome::OutOfStock => "OUT_OF_STOCK",
+        }
+    }
+
+    /// The word as Lua or SQL wrote it; None for a word outside the vocabulary.
+    pub fn parse(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == word)
+    }
+
+    /// A use is held for the order (new or replayed).
+    pub fn holds(self) -> bool {
+        matches!(self, ReserveOutcome::Reserved | ReserveOutcome::Replay)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,6 +336,27 @@ pub struct VoucherView {
     pub revoked_count: i64,
 }
 
+/// A use as it is held: everything a 201 needs, so any layer (gate, event, Postgres) answers a
+/// retry alike. Times are milliseconds since the epoch, the precision everything is kept at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub customer_id: i64,
+    pub reserved_ms: i64,
+    pub expires_ms: i64,
+    pub discount: i64,
+}
+
+/// The voucher's rules a gate needs to decide without Postgres (its `meta` hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateMeta {
+    pub discount: i64,
+    pub min_order: i64,
+    pub starts_ms: i64,
+    pub ends_ms: i64,
+    pub per_user: i64,
+    pub ttl_ms: i64,
+}
+
 /// `POST /vouchers/{code}/reservations` body, as received.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -374,6 +462,15 @@ mod tests {
             }
         }
         assert_eq!(Released.merge(Reserved), Released, "RELEASED is terminal");
+    }
+
+    #[test]
+    fn reserve_outcomes_round_trip_their_words() {
+        for o in ReserveOutcome::ALL {
+            assert_eq!(ReserveOutcome::parse(o.as_str()), Some(o));
+        }
+        assert_eq!(ReserveOutcome::parse("DUPLICATE"), None);
+        assert!(ReserveOutcome::Replay.holds() && !ReserveOutcome::OutOfStock.holds());
     }
 
     #[test]

@@ -1,33 +1,44 @@
-//! One error type per operation. Each says what went wrong in domain words; the single mapping
-//! to HTTP status codes and bodies lives in `http::error`.
+//! One error type per operation. Each says what went wrong in domain words and keeps the error
+//! that caused it as its `source`, so a log line shows the whole chain
+//! ([`crate::telemetry::Chain`]); the single mapping to HTTP status codes and bodies lives in
+//! `http::error`.
 
-use crate::domain::Invalid;
+use crate::domain::{Invalid, ReserveOutcome};
 use crate::events::EventError;
 use crate::gate::GateError;
+use crate::tls::TlsError;
 
-/// Infrastructure failure: the caller may retry later (HTTP 503).
+/// Postgres failed: the caller may retry later (HTTP 503).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("bad database configuration: {0}")]
+    #[error("bad database configuration")]
     Config(#[source] tokio_postgres::Error),
-    #[error("no database connection: {0}")]
-    Pool(String),
-    #[error("database error: {}", postgres_detail(.0))]
+    #[error("TLS to the database could not be set up")]
+    Tls(#[source] TlsError),
+    #[error("the database pool could not be built")]
+    Build(#[source] deadpool_postgres::BuildError),
+    /// Connecting failed: refused, unreachable, TLS handshake or login (the source says which).
+    #[error("could not connect to the database")]
+    Connect(#[source] tokio_postgres::Error),
+    /// No pooled connection within `DATABASE_TIMEOUT_MS` (all busy, or creating one hung).
+    #[error("no database connection")]
+    Pool(#[source] deadpool_postgres::PoolError),
+    #[error("database error")]
     Postgres(#[from] tokio_postgres::Error),
-    #[error("migration failed: {0}")]
-    Migration(String),
+    #[error("migration failed")]
+    Migration(#[source] refinery::Error),
     #[error("database returned no row")]
     NoRow,
     #[error("database returned an unexpected outcome {0:?}")]
     UnexpectedOutcome(String),
 }
 
-/// `tokio_postgres::Error` prints "db error" alone for a server error; the server's message
-/// (e.g. an unknown role) is what an operator needs in the log.
-fn postgres_detail(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.code().code(), db.message()),
-        None => e.to_string(),
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => StoreError::Connect(e),
+            other => StoreError::Pool(other),
+        }
     }
 }
 
@@ -37,7 +48,7 @@ pub enum CreateVoucherError {
     Invalid(#[from] Invalid),
     #[error("voucher {0} already exists")]
     Exists(String),
-    #[error(transparent)]
+    #[error("the database is unavailable")]
     Unavailable(#[from] StoreError),
 }
 
@@ -47,7 +58,7 @@ pub enum GetVoucherError {
     Invalid(#[from] Invalid),
     #[error("voucher {0} does not exist")]
     NotFound(String),
-    #[error(transparent)]
+    #[error("the database is unavailable")]
     Unavailable(#[from] StoreError),
 }
 
@@ -73,12 +84,32 @@ pub enum ReserveError {
     MinOrderAmount,
     #[error("the flash-sale gate is loading this voucher; retry shortly")]
     WarmingUp,
-    #[error(transparent)]
+    #[error("the database is unavailable")]
     Unavailable(#[from] StoreError),
-    #[error("redis is unavailable: {0}")]
+    #[error("redis is unavailable")]
     Gate(#[from] GateError),
-    #[error("the event queue is unavailable: {0}")]
+    #[error("the event queue is unavailable")]
     Events(#[from] EventError),
+}
+
+impl ReserveError {
+    /// The one mapping from a refusal word (gate or SQL) to the error it answers. None for the
+    /// outcomes that hold a use (RESERVED, REPLAY).
+    pub fn refusal(outcome: ReserveOutcome) -> Option<ReserveError> {
+        use ReserveOutcome as O;
+        Some(match outcome {
+            O::Reserved | O::Replay => return None,
+            O::OrderConflict => ReserveError::OrderConflict,
+            O::ReservationReleased => ReserveError::Released,
+            O::VoucherNotFound => ReserveError::VoucherNotFound,
+            O::NotLoaded => ReserveError::WarmingUp,
+            O::NotStarted => ReserveError::NotStarted,
+            O::Expired => ReserveError::Expired,
+            O::MinOrderAmount => ReserveError::MinOrderAmount,
+            O::AlreadyUsed => ReserveError::AlreadyUsed,
+            O::OutOfStock => ReserveError::OutOfStock,
+        })
+    }
 }
 
 impl From<WarmupError> for ReserveError {
@@ -102,7 +133,7 @@ pub enum GetReservationError {
     Invalid(#[from] Invalid),
     #[error("no reservation for this voucher and orderId")]
     NotFound,
-    #[error(transparent)]
+    #[error("the database is unavailable")]
     Unavailable(#[from] StoreError),
 }
 
@@ -114,9 +145,9 @@ pub enum ConfirmError {
     NotFound,
     #[error("reservation was released and cannot be confirmed")]
     Released,
-    #[error(transparent)]
+    #[error("the database is unavailable")]
     Unavailable(#[from] StoreError),
-    #[error("redis is unavailable: {0}")]
+    #[error("redis is unavailable")]
     Gate(#[from] GateError),
 }
 
@@ -126,9 +157,9 @@ pub enum ReleaseError {
     Invalid(#[from] Invalid),
     #[error("no reservation for this voucher and orderId")]
     NotFound,
-    #[error(transparent)]
+    #[error("the database is unavailable")]
     Unavailable(#[from] StoreError),
-    #[error("redis is unavailable: {0}")]
+    #[error("redis is unavailable")]
     Gate(#[from] GateError),
 }
 
@@ -144,10 +175,57 @@ pub enum WarmupError {
     Busy,
     #[error("reservation events are still in flight; the gate is loaded once they have landed")]
     EventsInFlight,
-    #[error("the event queue is unavailable: {0}")]
+    #[error("the event queue is unavailable")]
     Events(#[from] EventError),
-    #[error(transparent)]
+    #[error("the database is unavailable")]
     Store(#[from] StoreError),
-    #[error("redis is unavailable: {0}")]
+    #[error("redis is unavailable")]
     Gate(#[from] GateError),
+}
+
+/// What can fail while a mode-B confirm or release writes a reservation from the gate.
+#[derive(Debug, thiserror::Error)]
+pub enum FromGateError {
+    #[error("the database is unavailable")]
+    Store(#[from] StoreError),
+    #[error("redis is unavailable")]
+    Gate(#[from] GateError),
+}
+
+impl From<FromGateError> for ConfirmError {
+    fn from(e: FromGateError) -> Self {
+        match e {
+            FromGateError::Store(e) => ConfirmError::Unavailable(e),
+            FromGateError::Gate(e) => ConfirmError::Gate(e),
+        }
+    }
+}
+
+impl From<FromGateError> for ReleaseError {
+    fn from(e: FromGateError) -> Self {
+        match e {
+            FromGateError::Store(e) => ReleaseError::Unavailable(e),
+            FromGateError::Gate(e) => ReleaseError::Gate(e),
+        }
+    }
+}
+
+/// The sweep stops at a Postgres failure (the next run starts over); gate failures are counted
+/// in its report and skipped.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("the database is unavailable")]
+    Store(#[from] StoreError),
+    #[error("redis is unavailable")]
+    Gate(#[from] GateError),
+}
+
+/// Why one event could not be consumed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumeError {
+    /// Will never succeed: the queue retries it, then moves it to the dead-letter queue.
+    #[error("poison message: {0}")]
+    Poison(String),
+    #[error("the database is unavailable")]
+    Store(#[from] StoreError),
 }

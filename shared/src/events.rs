@@ -12,8 +12,7 @@ use aws_sdk_sqs::Client;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 
-use crate::domain::Reserve;
-use crate::gate::Held;
+use crate::domain::{Held, Reserve};
 
 pub const EVENT_TYPE: &str = "voucher-reserved";
 pub const EVENT_VERSION: u32 = 1;
@@ -49,18 +48,38 @@ impl ReservedEvent {
             expires_at_ms: held.expires_ms,
         }
     }
+
+    /// The use the event carries, as the gate held it.
+    pub fn held(&self) -> Held {
+        Held {
+            customer_id: self.customer_id,
+            reserved_ms: self.reserved_at_ms,
+            expires_ms: self.expires_at_ms,
+            discount: self.discount_amount,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum EventError {
     #[error("SQS did not answer within {0:?}")]
     Timeout(Duration),
-    #[error("SQS error: {0}")]
-    Sqs(String),
+    #[error("SQS {op} failed")]
+    Sqs {
+        op: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
-fn sqs<E: std::fmt::Debug>(e: E) -> EventError {
-    EventError::Sqs(format!("{e:?}"))
+/// The SDK's error for `op`, kept whole as the source.
+fn sqs<E: std::error::Error + Send + Sync + 'static>(
+    op: &'static str,
+) -> impl FnOnce(E) -> EventError {
+    move |e| EventError::Sqs {
+        op,
+        source: Box::new(e),
+    }
 }
 
 /// A received message: what the consumer needs, whatever delivered it.
@@ -132,7 +151,7 @@ impl Events {
                     .message_group_id(&event.code)
                     .message_deduplication_id(format!("{}:{}", event.code, event.order_id));
             }
-            req.send().await.map_err(sqs)?;
+            req.send().await.map_err(sqs("SendMessage"))?;
             Ok(())
         })
         .await
@@ -151,7 +170,7 @@ impl Events {
             .queue_name(name)
             .send()
             .await
-            .map_err(sqs)?;
+            .map_err(sqs("CreateQueue"))?;
         Ok(())
     }
 
@@ -169,7 +188,7 @@ impl Events {
                 .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
                 .send()
                 .await
-                .map_err(sqs)?;
+                .map_err(sqs("GetQueueAttributes"))?;
             Ok(out
                 .attributes()
                 .map(|a| a.values().filter_map(|v| v.parse::<u64>().ok()).sum())
@@ -192,7 +211,7 @@ impl Events {
             )
             .send()
             .await
-            .map_err(sqs)?;
+            .map_err(sqs("ReceiveMessage"))?;
         Ok(out
             .messages()
             .iter()
@@ -223,7 +242,7 @@ impl Events {
                     .id(i.to_string())
                     .receipt_handle(*h)
                     .build()
-                    .map_err(sqs)
+                    .map_err(sqs("DeleteMessageBatch"))
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.client()
@@ -233,7 +252,7 @@ impl Events {
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(sqs)?;
+            .map_err(sqs("DeleteMessageBatch"))?;
         Ok(())
     }
 }

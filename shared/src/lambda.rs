@@ -6,7 +6,7 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{service_fn, LambdaEvent};
 
 use crate::sweeper::SweepReport;
-use crate::{app::App, config::Settings, consumer, http, telemetry};
+use crate::{app::App, config::Settings, http, telemetry};
 
 /// Built once per execution environment (cold start), then borrowed by every invocation.
 async fn app() -> Result<App, lambda_runtime::Error> {
@@ -33,7 +33,7 @@ pub async fn run_consumer() -> Result<(), lambda_runtime::Error> {
     let app = &app;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
-            consumer::handle_batch(app, event.payload).await,
+            app.consumer().handle_batch(event.payload).await,
         )
     }))
     .await
@@ -61,5 +61,5 @@ pub async fn sweep_handler(
     app: &App,
     _event: LambdaEvent<EventBridgeEvent<serde_json::Value>>,
 ) -> Result<SweepReport, lambda_runtime::Error> {
-    Ok(app.sweep().await?)
+    Ok(app.sweeper().sweep().await?)
 }

@@ -1,24 +1,29 @@
 //! Flashgate: voucher reservations that survive a flash sale and never hand out use
-//! `total_limit + 1`.
+//! `total_limit + 1`. The design, in full: docs/ARCHITECTURE.md.
 //!
 //! # Layout
 //!
-//! - [`domain`]: validated identifiers, the status lattice (`RESERVED < CONFIRMED < RELEASED`)
-//!   and the JSON views. Pure, no I/O.
-//! - [`store`]: Postgres, the source of truth. The pool, migrations, and one query per
-//!   operation; status changes all go through the SQL function `fg_merge`.
-//! - [`errors`]: one error enum per operation.
-//! - [`http`]: the axum router of the public API, its input parsing, and (in `http::error`)
-//!   the single mapping from errors to HTTP.
-//! - [`app`]: the clients built once per process and borrowed by every handler.
-//! - [`config`]: settings from the environment; [`telemetry`]: JSON logs.
-//! - [`gate`]: the Redis gate of flash-sale vouchers (Lua scripts in `lua/`, keys in
+//! Dependencies point one way, down this list's layers: `domain` <- `store`, `gate`,
+//! `events` <- `reservations` <- `sweeper`, `consumer` <- `app` <- `http` <- `server`, `lambda`.
+//!
+//! - [`domain`]: validated identifiers, the status lattice (`RESERVED < CONFIRMED < RELEASED`),
+//!   the reserve outcome vocabulary and the JSON views. Pure, no I/O.
+//! - [`config`]: settings from the environment, secrets wrapped; [`telemetry`]: JSON logs,
+//!   error chains, the one metrics emitter; [`errors`]: one error enum per operation.
+//! - [`store`]: Postgres, the source of truth. The pool, migrations and every SQL statement;
+//!   status changes all go through `Store::merge` (the SQL function `fg_merge`).
+//! - [`gate`]: the Redis gate of flash-sale vouchers (Lua scripts in `lua/`, keys built only in
 //!   `gate::keys`).
-//! - [`events`]: mode B's `voucher-reserved` events on SQS; [`consumer`]: their consumer, and
-//!   the local queue poller.
-//! - [`sweeper`]: the scheduled sweep: expiry, orphan recovery, reconciliation, warm-up.
-//! - [`server`]: the local server (the `flashgate serve` command); [`lambda`]: the entry point
-//!   every Lambda function calls with its route family.
+//! - [`events`]: mode B's `voucher-reserved` events on SQS.
+//! - [`reservations`]: the service every route calls (create and read vouchers, reserve,
+//!   confirm, release, warm-up); its `flash` path runs the gate, its `warmup` loads it.
+//! - [`sweeper`]: the scheduled sweep (expiry, orphans, reconciliation, warm-up);
+//!   [`consumer`]: mode B's consumer and the local queue poller.
+//! - [`app`]: the clients built once per process, holding the services.
+//! - [`http`]: the axum router, built from one route table; `http::error` is the single mapping
+//!   from errors to HTTP.
+//! - [`server`]: the local server (`flashgate serve`); [`lambda`]: what every Lambda binary
+//!   calls; [`tls`], [`aws`]: client configuration.
 
 pub mod app;
 pub mod aws;
@@ -30,6 +35,7 @@ pub mod events;
 pub mod gate;
 pub mod http;
 pub mod lambda;
+pub mod reservations;
 pub mod server;
 pub mod store;
 pub mod sweeper;

@@ -14,6 +14,8 @@ use tokio::net::TcpListener;
 use crate::app::App;
 use crate::consumer;
 use crate::http::{router, Routes};
+use crate::sweeper::Sweeper;
+use crate::telemetry::Chain;
 
 /// Binds `host:port` (port 0 = any free port) and returns the listener and its address.
 pub async fn bind(host: &str, port: u16) -> std::io::Result<(TcpListener, SocketAddr)> {
@@ -56,12 +58,15 @@ pub async fn serve(
     let mut tasks = Vec::new();
     if !background.sweep_interval.is_zero() {
         tasks.push(tokio::spawn(sweep_every(
-            app.clone(),
+            app.sweeper().clone(),
             background.sweep_interval,
         )));
     }
-    if let (true, Some(events)) = (background.poll_events, app.events.clone()) {
-        tasks.push(tokio::spawn(consumer::poll(app.clone(), events)));
+    if let (true, Some(events)) = (background.poll_events, app.events()) {
+        tasks.push(tokio::spawn(consumer::poll(
+            app.consumer().clone(),
+            events.clone(),
+        )));
     }
     let served = axum::serve(listener, router(app, Routes::All))
         .with_graceful_shutdown(shutdown)
@@ -72,13 +77,13 @@ pub async fn serve(
     served
 }
 
-async fn sweep_every(app: App, interval: Duration) {
+async fn sweep_every(sweeper: Sweeper, interval: Duration) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = app.sweep().await {
-            tracing::error!(error = %e, "sweep failed");
+        if let Err(e) = sweeper.sweep().await {
+            tracing::error!(error = %Chain(&e), "sweep failed");
         }
     }
 }

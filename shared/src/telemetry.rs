@@ -1,14 +1,17 @@
-//! Logging: JSON lines on stdout (CloudWatch and local alike), filtered by `RUST_LOG`.
+//! Logs and metrics: JSON lines on stdout (CloudWatch and local alike), filtered by `RUST_LOG`.
 //!
 //! Tests call [`init_for_tests`], which stays silent unless `TEST_LOG` is set, so a failing
 //! test can be rerun with logs without every passing test flooding the output.
 
-use tracing_subscriber::{fmt, EnvFilter};
+use std::error::Error;
+use std::fmt;
+
+use tracing_subscriber::{fmt as subscriber, EnvFilter};
 
 /// Installs the JSON subscriber. Safe to call more than once (later calls do nothing).
 pub fn init() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = fmt()
+    let _ = subscriber()
         .json()
         .flatten_event(true)
         .with_current_span(false)
@@ -21,5 +24,78 @@ pub fn init() {
 pub fn init_for_tests() {
     if std::env::var_os("TEST_LOG").is_some() {
         init();
+    }
+}
+
+/// An error and every `source` below it, `outer: inner: root`: what a log line records, so
+/// "database unavailable" arrives with the refused connection or the failed TLS handshake that
+/// caused it. Use as `error = %Chain(&e)`.
+pub struct Chain<'a>(pub &'a (dyn Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(e) = source {
+            write!(f, ": {e}")?;
+            source = e.source();
+        }
+        Ok(())
+    }
+}
+
+/// Emits counters in CloudWatch's embedded metric format: one JSON line on stdout that
+/// CloudWatch Logs turns into metrics (namespace `Flashgate`, dimension `Function`) without an
+/// API call. Every metric the service reports goes through here.
+pub fn emit_metrics(function: &str, metrics: &[(&str, Unit, u64)]) {
+    let definitions: Vec<_> = metrics
+        .iter()
+        .map(|(name, unit, _)| serde_json::json!({"Name": name, "Unit": unit.as_str()}))
+        .collect();
+    let mut line = serde_json::json!({
+        "_aws": {
+            "Timestamp": chrono::Utc::now().timestamp_millis(),
+            "CloudWatchMetrics": [{
+                "Namespace": "Flashgate",
+                "Dimensions": [["Function"]],
+                "Metrics": definitions,
+            }],
+        },
+        "Function": function,
+    });
+    for (name, _, value) in metrics {
+        line[*name] = (*value).into();
+    }
+    println!("{line}");
+}
+
+/// CloudWatch metric units the service uses.
+#[derive(Debug, Clone, Copy)]
+pub enum Unit {
+    Count,
+    Milliseconds,
+}
+
+impl Unit {
+    fn as_str(self) -> &'static str {
+        match self {
+            Unit::Count => "Count",
+            Unit::Milliseconds => "Milliseconds",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn a_chain_prints_every_source() {
+        let e = Outer(std::io::Error::other("root cause"));
+        assert_eq!(Chain(&e).to_string(), "outer: root cause");
     }
 }

@@ -1,4 +1,4 @@
-//! The HTTP contract of DESIGN section 4 against a real server and a real Postgres.
+//! The HTTP contract (README.md, "API") against a real server and a real Postgres.
 //! Every test runs on its own fresh database.
 
 /// Each contract test runs twice: once on standard vouchers (Postgres decides) and once on

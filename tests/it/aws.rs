@@ -50,7 +50,9 @@ async fn the_database_login_comes_from_secrets_manager_and_migrate_applies_the_s
 
     // Without the secret the URL's user is refused...
     let bare = App::new(&settings(&[("DATABASE_URL", url.clone())])).unwrap();
-    let err = bare.prepare_database().await.unwrap_err().to_string();
+    let err = bare.prepare_database().await.unwrap_err();
+    // What an operator reads in the log: the error and its causes.
+    let err = shared::telemetry::Chain(&err).to_string();
     assert!(err.contains("no_such_user"), "{err}");
 
     // ...with it, the migrate function's handler creates the database and applies everything.

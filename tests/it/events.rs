@@ -8,15 +8,15 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use shared::consumer::{self, Consumed};
+use shared::consumer::Consumed;
+use shared::domain::ReserveOutcome;
 use shared::events::ReservedEvent;
-use shared::gate::GateReply;
 
 use crate::harness::{reserve_req, voucher_code, wait_for, TestApp};
 
 /// Receives every message on the test's queue (deleting them), returning their bodies.
 async fn drain(app: &TestApp) -> Vec<String> {
-    let events = app.app.events.as_ref().unwrap();
+    let events = app.app.events().unwrap();
     let mut bodies = Vec::new();
     let mut empty = 0;
     while empty < 2 {
@@ -69,7 +69,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
         let r = reserve_req("QUEUED", 1 + i % 300, &format!("o{i}"));
         let reply = app
             .app
-            .gate
+            .gate()
             .reserve(
                 &r.code,
                 r.customer_id,
@@ -79,7 +79,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
             )
             .await
             .unwrap();
-        let GateReply::Reserved(held) = reply else {
+        let (ReserveOutcome::Reserved, Some(held)) = (reply.outcome, reply.held) else {
             panic!("{reply:?}")
         };
         bodies.push(serde_json::to_string(&ReservedEvent::new(&r, held)).unwrap());
@@ -92,8 +92,11 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
     assert_eq!(app.gate_remaining("QUEUED").await, Some(0));
 
     // The same event twice, in one batch.
-    let twice =
-        consumer::handle_batch(&app.app, batch(&[bodies[0].clone(), bodies[0].clone()])).await;
+    let twice = app
+        .app
+        .consumer()
+        .handle_batch(batch(&[bodies[0].clone(), bodies[0].clone()]))
+        .await;
     assert!(twice.batch_item_failures.is_empty());
     // Then all of them, a third again, in a shuffled order.
     let again: Vec<String> = bodies.iter().step_by(3).cloned().collect();
@@ -106,7 +109,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
         bodies.swap(i, (seed >> 33) as usize % (i + 1));
     }
     for chunk in bodies.chunks(10) {
-        let response = consumer::handle_batch(&app.app, batch(chunk)).await;
+        let response = app.app.consumer().handle_batch(batch(chunk)).await;
         assert!(response.batch_item_failures.is_empty());
     }
     let counts = app.counts("QUEUED").await;
@@ -173,7 +176,7 @@ async fn release_and_confirm_may_arrive_before_their_reserved_event() {
     let bodies = drain(&app).await;
     assert!(bodies.len() >= 3, "{bodies:?}");
     for body in bodies.iter().chain(bodies.iter()) {
-        let consumed = consumer::consume(&app.app, body).await.unwrap();
+        let consumed = app.app.consumer().consume(body).await.unwrap();
         assert_eq!(consumed, Consumed::Unchanged, "{body}");
     }
     let counts = app.counts("EARLY").await;
@@ -215,7 +218,7 @@ async fn order_amounts(app: &TestApp, code: &str) -> Vec<i64> {
 async fn a_poison_message_goes_to_the_dead_letter_queue_and_the_rest_lands() {
     let app = TestApp::builder().with_events(2).spawn().await;
     app.voucher("POISON", 5, json!({"flashSale": true})).await;
-    let events = app.app.events.as_ref().unwrap();
+    let events = app.app.events().unwrap();
     events
         .client()
         .await
@@ -326,6 +329,7 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
     app.voucher("LOST", 100, json!({"flashSale": true})).await;
     for i in 1..=100 {
         app.app
+            .reservations()
             .reserve(&reserve_req("LOST", i, &format!("o{i}")))
             .await
             .unwrap();
@@ -334,10 +338,10 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
     assert_eq!(bodies.len(), 100);
     // Half of the events land; then Redis restarts empty with the other half in flight.
     for body in bodies.drain(..50) {
-        consumer::consume(&app.app, &body).await.unwrap();
+        app.app.consumer().consume(&body).await.unwrap();
     }
     app.flush_gate().await;
-    let events = app.app.events.as_ref().unwrap();
+    let events = app.app.events().unwrap();
     for body in &bodies {
         events
             .client()
@@ -361,16 +365,17 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
     // Suppose it is loaded anyway (an operator forcing it): the gate offers 50 uses that the
     // queued events already hold, and hands them out again.
     let code = voucher_code("LOST");
-    let (meta, remaining, users) = app.app.store.gate_source(&code).await.unwrap().unwrap();
-    assert_eq!(remaining, 50);
+    let source = app.app.store().gate_source(&code).await.unwrap().unwrap();
+    assert_eq!(source.remaining, 50);
     assert!(app
         .app
-        .gate
-        .load(&code, &meta, remaining, &users)
+        .gate()
+        .load(&code, &source.meta, source.remaining, &source.users)
         .await
         .unwrap());
     for i in 201..=250 {
         app.app
+            .reservations()
             .reserve(&reserve_req("LOST", i, &format!("n{i}")))
             .await
             .unwrap();
@@ -379,7 +384,7 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
     assert_eq!(rest.len(), 100);
     let mut revoked = 0;
     for body in &rest {
-        if consumer::consume(&app.app, body).await.unwrap() == Consumed::Revoked {
+        if app.app.consumer().consume(body).await.unwrap() == Consumed::Revoked {
             revoked += 1;
         }
     }

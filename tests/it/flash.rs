@@ -1,6 +1,6 @@
 //! Flash-sale mode: the Redis gate's scripts, a real Redis Cluster, warm-up, the sold-out
-//! short cut, and the faults of DESIGN section 8 (Redis down, Postgres down, Redis emptied
-//! mid-sale). Real Redis and Postgres throughout; faults are made with a TCP proxy that each
+//! short cut, and the faults of docs/ARCHITECTURE.md, "Faults and what they give" (Redis
+//! down, Postgres down, Redis emptied mid-sale). Real Redis and Postgres throughout; faults are made with a TCP proxy that each
 //! test cuts for itself.
 
 use std::sync::Arc;
@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use shared::domain::VoucherCode;
-use shared::gate::{Gate, GateReply, Held, Meta, Removal, Removed};
+use shared::domain::{GateMeta, Held, ReserveOutcome, VoucherCode};
+use shared::gate::{Gate, GateReply, Removal, Removed};
 
 use crate::harness::{self, cluster_url, error_of, redis_url, TestApp};
 
@@ -21,7 +21,7 @@ async fn every_script_outcome(gate: Gate) {
     ))
     .unwrap();
     let now = Utc::now().timestamp_millis();
-    let meta = Meta {
+    let meta = GateMeta {
         discount: 500,
         min_order: 100,
         starts_ms: now - 3_600_000,
@@ -34,7 +34,10 @@ async fn every_script_outcome(gate: Gate) {
         async move { gate.reserve(code, c, o, amount, at).await.unwrap() }
     };
 
-    assert_eq!(reserve(1, "o1", 100, now).await, GateReply::NotLoaded);
+    assert_eq!(
+        reserve(1, "o1", 100, now).await.outcome,
+        ReserveOutcome::NotLoaded
+    );
     assert!(gate.load(&code, &meta, 2, &[]).await.unwrap());
     assert!(
         !gate.load(&code, &meta, 99, &[]).await.unwrap(),
@@ -48,28 +51,46 @@ async fn every_script_outcome(gate: Gate) {
         expires_ms: now + 60_000,
         discount: 500,
     };
-    assert_eq!(reserve(1, "o1", 100, now).await, GateReply::Reserved(held));
+    assert_eq!(
+        reserve(1, "o1", 100, now).await,
+        GateReply {
+            outcome: ReserveOutcome::Reserved,
+            held: Some(held)
+        }
+    );
     assert_eq!(
         reserve(1, "o1", 100, now + 5).await,
-        GateReply::Duplicate(held),
+        GateReply {
+            outcome: ReserveOutcome::Replay,
+            held: Some(held)
+        },
         "a retry keeps its first expiry"
     );
-    assert_eq!(reserve(2, "o1", 100, now).await, GateReply::OrderConflict);
-    assert_eq!(reserve(1, "o2", 100, now).await, GateReply::AlreadyUsed);
-    assert_eq!(reserve(2, "o2", 99, now).await, GateReply::MinOrderAmount);
     assert_eq!(
-        reserve(2, "o2", 100, meta.starts_ms - 1).await,
-        GateReply::NotStarted
+        reserve(2, "o1", 100, now).await.outcome,
+        ReserveOutcome::OrderConflict
     );
     assert_eq!(
-        reserve(2, "o2", 100, meta.ends_ms).await,
-        GateReply::Expired
+        reserve(1, "o2", 100, now).await.outcome,
+        ReserveOutcome::AlreadyUsed
     );
-    assert!(matches!(
-        reserve(2, "o3", 100, now).await,
-        GateReply::Reserved(_)
-    ));
-    assert_eq!(reserve(3, "o4", 100, now).await, GateReply::OutOfStock);
+    assert_eq!(
+        reserve(2, "o2", 99, now).await.outcome,
+        ReserveOutcome::MinOrderAmount
+    );
+    assert_eq!(
+        reserve(2, "o2", 100, meta.starts_ms - 1).await.outcome,
+        ReserveOutcome::NotStarted
+    );
+    assert_eq!(
+        reserve(2, "o2", 100, meta.ends_ms).await.outcome,
+        ReserveOutcome::Expired
+    );
+    assert!(reserve(2, "o3", 100, now).await.outcome == ReserveOutcome::Reserved);
+    assert_eq!(
+        reserve(3, "o4", 100, now).await.outcome,
+        ReserveOutcome::OutOfStock
+    );
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(0));
 
     // Release: the use returns once, a tombstone stays, the orderId is spent.
@@ -86,13 +107,16 @@ async fn every_script_outcome(gate: Gate) {
         Removed::Already
     );
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(1));
-    assert_eq!(reserve(1, "o1", 100, now).await, GateReply::Released);
-    assert_eq!(reserve(9, "o1", 100, now).await, GateReply::OrderConflict);
+    assert_eq!(
+        reserve(1, "o1", 100, now).await.outcome,
+        ReserveOutcome::ReservationReleased
+    );
+    assert_eq!(
+        reserve(9, "o1", 100, now).await.outcome,
+        ReserveOutcome::OrderConflict
+    );
     // The customer's count went back with the release: a new orderId works.
-    assert!(matches!(
-        reserve(1, "o5", 100, now).await,
-        GateReply::Reserved(_)
-    ));
+    assert!(reserve(1, "o5", 100, now).await.outcome == ReserveOutcome::Reserved);
 
     // Revoke: tombstone, and the use does not come back.
     assert_eq!(
@@ -102,7 +126,10 @@ async fn every_script_outcome(gate: Gate) {
         Removed::Released
     );
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(0));
-    assert_eq!(reserve(1, "o5", 100, now).await, GateReply::Released);
+    assert_eq!(
+        reserve(1, "o5", 100, now).await.outcome,
+        ReserveOutcome::ReservationReleased
+    );
 
     // Forget (undo): the use returns and the same orderId may reserve afresh.
     let forget = Removal::Forget { give_back: true };
@@ -111,10 +138,7 @@ async fn every_script_outcome(gate: Gate) {
         Removed::Released
     );
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(1));
-    assert!(matches!(
-        reserve(2, "o3", 100, now).await,
-        GateReply::Reserved(_)
-    ));
+    assert!(reserve(2, "o3", 100, now).await.outcome == ReserveOutcome::Reserved);
 
     // Uncount: an order counted twice gives one use back and stays active.
     assert_eq!(
@@ -124,14 +148,8 @@ async fn every_script_outcome(gate: Gate) {
         Removed::Released
     );
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(1));
-    assert!(matches!(
-        reserve(2, "o3", 100, now).await,
-        GateReply::Duplicate(_)
-    ));
-    assert!(matches!(
-        reserve(4, "o6", 100, now).await,
-        GateReply::Reserved(_)
-    ));
+    assert!(reserve(2, "o3", 100, now).await.outcome == ReserveOutcome::Replay);
+    assert!(reserve(4, "o6", 100, now).await.outcome == ReserveOutcome::Reserved);
 
     // Releasing an order the gate never saw leaves a tombstone that blocks a late reserve.
     assert_eq!(
@@ -140,12 +158,18 @@ async fn every_script_outcome(gate: Gate) {
             .unwrap(),
         Removed::Unknown
     );
-    assert_eq!(reserve(5, "zz", 100, now).await, GateReply::Released);
-    assert_eq!(reserve(6, "zz", 100, now).await, GateReply::OrderConflict);
+    assert_eq!(
+        reserve(5, "zz", 100, now).await.outcome,
+        ReserveOutcome::ReservationReleased
+    );
+    assert_eq!(
+        reserve(6, "zz", 100, now).await.outcome,
+        ReserveOutcome::OrderConflict
+    );
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(0));
 
     // Pending until Postgres has the row.
-    let (entry, uses) = gate.order_and_uses(&code, "o3", 2).await.unwrap();
+    let (entry, uses) = gate.lookup(&code, "o3", Some(2)).await.unwrap();
     assert!(entry.is_some());
     assert_eq!(uses, 0, "the uncount took customer 2's count back");
     gate.settled(&code, "o3").await.unwrap();

@@ -61,7 +61,7 @@ async fn consumer_lands_the_sqs_fixture_event() {
     app.voucher("SMOKE-EVENTS", 5, json!({})).await;
     let batch = serde_json::from_str(include_str!("../fixtures/sqs-voucher-reserved.json"))
         .expect("fixture is an SQS event");
-    let answer = shared::consumer::handle_batch(&app.app, batch).await;
+    let answer = app.app.consumer().handle_batch(batch).await;
     assert!(answer.batch_item_failures.is_empty());
     let (status, body) = app
         .call(

@@ -9,4 +9,5 @@ mod aws;
 mod events;
 mod flash;
 mod lambda;
+mod lattice;
 mod sweeper;

@@ -1,6 +1,6 @@
-//! The sweeper (DESIGN section 7) on real Postgres and Redis: expiry in both modes, two sweeps
-//! at once, orphan recovery, drift repair, a large backlog in bounded batches, and the Lambda
-//! entry with an EventBridge fixture.
+//! The sweeper (docs/ARCHITECTURE.md, "The sweeper") on real Postgres and Redis: expiry in
+//! both modes, two sweeps at once, orphan recovery, drift repair, a large backlog in bounded
+//! batches, and the Lambda entry with an EventBridge fixture.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::json;
-use shared::domain::Status;
-use shared::gate::GateReply;
+use shared::domain::{ReserveOutcome, Status};
 use shared::store::{Merge, MergeOutcome};
 
 use crate::harness::{reserve_req, voucher_code, wait_for, TestApp};
@@ -28,7 +27,7 @@ async fn expired_uses_come_back(flash: bool) {
     // A fixed wait on purpose: the clock passing the 1 s TTL is what makes them due.
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
-    let report = app.app.sweep().await.unwrap();
+    let report = app.app.sweeper().sweep().await.unwrap();
     assert_eq!(report.expired, 3);
     let view = app.view("BRIEF").await;
     assert_eq!(
@@ -50,7 +49,7 @@ async fn expired_uses_come_back(flash: bool) {
         );
     }
     assert_eq!(
-        app.app.sweep().await.unwrap().expired,
+        app.app.sweeper().sweep().await.unwrap().expired,
         0,
         "nothing else is due"
     );
@@ -86,7 +85,7 @@ async fn two_sweeps_at_once_release_each_of_5000_once() {
                         return;
                     }
                     let r = reserve_req("MANY", 1 + i % 700, &format!("o{i}"));
-                    app.app.reserve(&r).await.unwrap();
+                    app.app.reservations().reserve(&r).await.unwrap();
                 }
             })
         })
@@ -99,7 +98,7 @@ async fn two_sweeps_at_once_release_each_of_5000_once() {
     // A fixed wait on purpose: the clock passing the 1 s TTL is what makes them due.
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
-    let (a, b) = tokio::join!(app.app.sweep(), app.app.sweep());
+    let (a, b) = tokio::join!(app.app.sweeper().sweep(), app.app.sweeper().sweep());
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.expired + b.expired, 5000, "{a:?} {b:?}");
     let counts = app.counts("MANY").await;
@@ -133,27 +132,29 @@ async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
         .await;
     app.voucher("ORPH", 5, json!({"reservationTtlSeconds": 1}))
         .await;
-    let gate = &app.app.gate;
+    let gate = app.app.gate();
     // The gate granted two uses, then the process "crashed" before Postgres: one long ago,
     // one just now (still in flight, not an orphan yet).
     let old = Utc::now().timestamp_millis() - 10_000;
-    let GateReply::Reserved(held) = gate
+    let Some(held) = gate
         .reserve(&voucher_code("ORPH"), 7, "lost", 4321, old)
         .await
         .unwrap()
+        .held
     else {
         panic!("gate refused");
     };
     let now = Utc::now().timestamp_millis();
-    assert!(matches!(
+    assert_eq!(
         gate.reserve(&voucher_code("ORPH"), 8, "young", 10, now)
             .await
-            .unwrap(),
-        GateReply::Reserved(_)
-    ));
+            .unwrap()
+            .outcome,
+        ReserveOutcome::Reserved
+    );
     assert_eq!(app.gate_remaining("ORPH").await, Some(3));
 
-    let report = app.app.sweep().await.unwrap();
+    let report = app.app.sweeper().sweep().await.unwrap();
     assert_eq!(report.orphans_recovered, 1);
     assert_eq!(
         app.gate_remaining("ORPH").await,
@@ -179,22 +180,11 @@ async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
     );
 
     // The event for it arrives late: it merges into nothing.
+    let code = voucher_code("ORPH");
     let late = app
         .app
-        .store
-        .merge(&Merge {
-            code: "ORPH",
-            order_id: "lost",
-            customer_id: Some(7),
-            status: Status::Reserved,
-            order_amount: Some(10),
-            discount_amount: Some(held.discount),
-            reserved_at: chrono::DateTime::from_timestamp_millis(held.reserved_ms),
-            expires_at: chrono::DateTime::from_timestamp_millis(held.expires_ms),
-            reason: None,
-            now: Utc::now(),
-            revoke: true,
-        })
+        .store()
+        .merge(&Merge::held(&code, "lost", held, 10, Status::Reserved).revoking())
         .await
         .unwrap();
     assert_eq!(late.outcome, MergeOutcome::Unchanged);
@@ -222,25 +212,25 @@ async fn drift_in_the_gate_is_reported_and_repaired_when_nothing_is_in_flight() 
     .await;
     app.set_gate_remaining("DRIFT", 5).await;
 
-    let report = app.app.sweep().await.unwrap();
+    let report = app.app.sweeper().sweep().await.unwrap();
     assert_eq!(
         (report.drift_found, report.drift_repaired),
         (1, 1),
         "{report:?}"
     );
     assert_eq!(app.gate_remaining("DRIFT").await, Some(8));
-    let report = app.app.sweep().await.unwrap();
+    let report = app.app.sweeper().sweep().await.unwrap();
     assert_eq!(report.drift_found, 0, "repaired for good");
 
     // With an order in flight (in the gate, not yet in Postgres) drift is reported, not touched.
     let now = Utc::now().timestamp_millis();
     app.app
-        .gate
+        .gate()
         .reserve(&voucher_code("DRIFT"), 50, "flying", 10, now)
         .await
         .unwrap();
     app.set_gate_remaining("DRIFT", 3).await;
-    let report = app.app.sweep().await.unwrap();
+    let report = app.app.sweeper().sweep().await.unwrap();
     assert_eq!(
         (report.drift_found, report.drift_repaired),
         (1, 0),
@@ -266,7 +256,7 @@ async fn a_backlog_of_100000_expired_is_swept_in_bounded_batches() {
         .await
         .unwrap();
     let started = Instant::now();
-    let report = app.app.sweep().await.unwrap();
+    let report = app.app.sweeper().sweep().await.unwrap();
     let took = started.elapsed();
     println!(
         "swept {} expired reservations in {:.1} s ({:.0}/s, batches of {})",

@@ -1,7 +1,7 @@
 //! `bench`: reserve on one hot voucher, strategy against strategy, in one process and one run.
 //!
 //! A closed model at a fixed concurrency: C workers, each sends its next request when the
-//! previous one is answered. It calls the service's own reserve (`App::reserve`, the code the
+//! previous one is answered. It calls the service's own reserve (`Reservations::reserve`, the code the
 //! HTTP handler runs) without HTTP, so the figures compare the decision paths themselves; the
 //! HTTP stack's ceiling is measured by the flash-sale simulator.
 //!
@@ -112,18 +112,19 @@ async fn main() -> anyhow::Result<()> {
     let mut failures = Vec::new();
     for strategy in &args.strategies {
         let code = VoucherCode::parse(&format!("BENCH-{}", strategy.to_uppercase()))?;
-        app.create_voucher(&NewVoucher {
-            code: code.clone(),
-            discount_amount: 100_000,
-            min_order_amount: 0,
-            total_limit: args.limit as i32,
-            per_user_limit: 1,
-            starts_at: Utc::now() - chrono::Duration::minutes(1),
-            ends_at: Utc::now() + chrono::Duration::hours(1),
-            flash_sale: strategy == "flash",
-            reservation_ttl_seconds: 900,
-        })
-        .await?;
+        app.reservations()
+            .create_voucher(&NewVoucher {
+                code: code.clone(),
+                discount_amount: 100_000,
+                min_order_amount: 0,
+                total_limit: args.limit as i32,
+                per_user_limit: 1,
+                starts_at: Utc::now() - chrono::Duration::minutes(1),
+                ends_at: Utc::now() + chrono::Duration::hours(1),
+                flash_sale: strategy == "flash",
+                reservation_ttl_seconds: 900,
+            })
+            .await?;
         let phases = [
             ("sale", 0, args.limit),
             ("sold out", args.limit, args.limit + args.sold_out),
@@ -211,7 +212,7 @@ async fn via_app(app: App, code: VoucherCode, i: usize) -> Answer {
         customer_id: i as i64 + 1,
         order_amount: 500_000,
     };
-    match app.reserve(&req).await {
+    match app.reservations().reserve(&req).await {
         Ok(_) => Answer::Granted,
         Err(ReserveError::OutOfStock | ReserveError::AlreadyUsed) => Answer::Refused,
         Err(_) => Answer::Error,

@@ -1,10 +1,12 @@
 //! The flash-sale gate: Redis decides who gets a use, atomically, with the Lua scripts in
 //! `lua/`; Postgres then receives only the winners.
 //!
-//! Scripts run through `redis::Script` (EVALSHA, and the script body on NOSCRIPT). Every key
+//! Scripts run through `redis::Script` (EVALSHA, and the script body on NOSCRIPT). The scripts
+//! that touch the `orders` hash run after `lua/entry.lua`, the one place the order entry's text
+//! is written and read; Rust reads entries only through `lookup.lua`'s parsed reply. Every key
 //! carries the hash tag `{CODE}` ([`keys::Keys`]), so a Redis Cluster keeps a voucher in one
 //! slot. Every call is bounded by a timeout: a dead Redis answers `GateError` within it, never
-//! a hang.
+//! a hang. See docs/ARCHITECTURE.md, "The gate's keys and scripts".
 
 pub mod keys;
 
@@ -15,41 +17,24 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 use tokio::sync::OnceCell;
 
-use crate::domain::VoucherCode;
+use crate::domain::{GateMeta, Held, ReserveOutcome, VoucherCode};
 pub use keys::Keys;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
-    #[error("redis error: {0}")]
+    #[error("redis error")]
     Redis(#[from] redis::RedisError),
     #[error("unexpected gate reply: {0}")]
     Reply(String),
 }
 
-/// A use as the gate holds it: everything a 201 needs, so any layer answers a retry alike.
+/// `reserve.lua`'s answer: the outcome, and the use when one is held (RESERVED, REPLAY).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
-    pub customer_id: i64,
-    pub reserved_ms: i64,
-    pub expires_ms: i64,
-    pub discount: i64,
-}
-
-/// `reserve.lua`'s answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GateReply {
-    Reserved(Held),
-    Duplicate(Held),
-    OrderConflict,
-    Released,
-    NotLoaded,
-    NotStarted,
-    Expired,
-    MinOrderAmount,
-    AlreadyUsed,
-    OutOfStock,
+pub struct GateReply {
+    pub outcome: ReserveOutcome,
+    pub held: Option<Held>,
 }
 
 /// What an order is in the gate's `orders` hash.
@@ -82,17 +67,6 @@ pub enum Removed {
     Released,
     Already,
     Unknown,
-}
-
-/// Voucher facts the gate needs to decide without Postgres (`meta` hash).
-#[derive(Debug, Clone)]
-pub struct Meta {
-    pub discount: i64,
-    pub min_order: i64,
-    pub starts_ms: i64,
-    pub ends_ms: i64,
-    pub per_user: i64,
-    pub ttl_ms: i64,
 }
 
 /// Single node (reconnecting multiplexed connection) or Redis Cluster.
@@ -141,6 +115,16 @@ pub struct Gate {
     release: Script,
     load: Script,
     repair: Script,
+    lookup: Script,
+    unlock: Script,
+}
+
+/// A script that reads or writes order entries: `lua/entry.lua` goes in front of it.
+fn with_entry(body: &str) -> Script {
+    Script::new(&format!(
+        "{}\n{body}",
+        include_str!("../../../lua/entry.lua")
+    ))
 }
 
 impl Gate {
@@ -179,10 +163,12 @@ impl Gate {
             cluster,
             cluster_conn: OnceCell::new(),
             timeout,
-            reserve: Script::new(include_str!("../../../lua/reserve.lua")),
-            release: Script::new(include_str!("../../../lua/release.lua")),
+            reserve: with_entry(include_str!("../../../lua/reserve.lua")),
+            release: with_entry(include_str!("../../../lua/release.lua")),
+            lookup: with_entry(include_str!("../../../lua/lookup.lua")),
             load: Script::new(include_str!("../../../lua/load.lua")),
             repair: Script::new(include_str!("../../../lua/repair.lua")),
+            unlock: Script::new(include_str!("../../../lua/unlock.lua")),
         })
     }
 
@@ -280,29 +266,29 @@ impl Gate {
         }
     }
 
-    /// The order's entry and the customer's active uses, in one round trip and without the
-    /// script (the sold-out short cut's check for a winner's retry).
-    pub async fn order_and_uses(
+    /// The order's entry and (given a customer) that customer's active uses, in one round trip
+    /// that writes nothing: the sold-out short cut's check for a winner's retry, and how
+    /// confirm, release and the sweeper read what the gate holds.
+    pub async fn lookup(
         &self,
         code: &VoucherCode,
         order_id: &str,
-        customer_id: i64,
+        customer_id: Option<i64>,
     ) -> Result<(Option<OrderEntry>, i64), GateError> {
         let k = self.keys(code);
-        let (raw, uses): (Option<String>, Option<i64>) = self
+        let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
+        let reply: Vec<String> = self
             .bounded(|mut c| async move {
-                redis::pipe()
-                    .cmd("HGET")
-                    .arg(&k.orders)
+                self.lookup
+                    .key(&k.orders)
+                    .key(&k.users)
                     .arg(order_id)
-                    .cmd("HGET")
-                    .arg(&k.users)
-                    .arg(customer_id)
-                    .query_async(&mut c)
+                    .arg(customer)
+                    .invoke_async(&mut c)
                     .await
             })
             .await?;
-        Ok((raw.map(|r| parse_entry(&r)).transpose()?, uses.unwrap_or(0)))
+        parse_lookup(&reply)
     }
 
     /// The order's entry in the `orders` hash.
@@ -311,17 +297,7 @@ impl Gate {
         code: &VoucherCode,
         order_id: &str,
     ) -> Result<Option<OrderEntry>, GateError> {
-        let k = self.keys(code);
-        let raw: Option<String> = self
-            .bounded(|mut c| async move {
-                redis::cmd("HGET")
-                    .arg(&k.orders)
-                    .arg(order_id)
-                    .query_async(&mut c)
-                    .await
-            })
-            .await?;
-        raw.map(|r| parse_entry(&r)).transpose()
+        Ok(self.lookup(code, order_id, None).await?.0)
     }
 
     /// Orders reserved in the gate that Postgres may not have yet, with their reserve time (ms).
@@ -339,7 +315,8 @@ impl Gate {
         .await
     }
 
-    /// Sets `remaining` to `to` only if it still reads `from` (the reconciler's repair).
+    /// Sets `remaining` to `to` only if it still reads `from` and no order is pending (the
+    /// reconciler's repair).
     pub async fn repair_remaining(
         &self,
         code: &VoucherCode,
@@ -351,6 +328,7 @@ impl Gate {
             .bounded(|mut c| async move {
                 self.repair
                     .key(&k.remaining)
+                    .key(&k.pending)
                     .arg(from)
                     .arg(to)
                     .invoke_async(&mut c)
@@ -374,11 +352,19 @@ impl Gate {
         Ok(())
     }
 
+    /// [`Gate::settled`] where a failure only delays the clean-up: it is logged, and the
+    /// sweeper clears the mark later (it finds the row).
+    pub async fn settled_best_effort(&self, code: &VoucherCode, order_id: &str) {
+        if let Err(e) = self.settled(code, order_id).await {
+            tracing::warn!(code = code.as_str(), order_id, error = %crate::telemetry::Chain(&e), "pending not cleared");
+        }
+    }
+
     /// Loads a voucher unless it is loaded. Returns true when this call loaded it.
     pub async fn load(
         &self,
         code: &VoucherCode,
-        meta: &Meta,
+        meta: &GateMeta,
         remaining: i64,
         users: &[(i64, i32)],
     ) -> Result<bool, GateError> {
@@ -438,16 +424,21 @@ impl Gate {
         Ok(set.is_some())
     }
 
-    pub async fn unlock_loading(&self, code: &VoucherCode) -> Result<(), GateError> {
+    /// Releases the loading lock if `token` still holds it (compare-and-delete): a loader that
+    /// outlived the lock's TTL leaves alone the lock another caller took since. True when it
+    /// deleted the lock.
+    pub async fn unlock_loading(&self, code: &VoucherCode, token: &str) -> Result<bool, GateError> {
         let k = self.keys(code);
-        self.bounded(|mut c| async move {
-            redis::cmd("DEL")
-                .arg(&k.loading)
-                .query_async::<i64>(&mut c)
-                .await
-        })
-        .await?;
-        Ok(())
+        let deleted: i64 = self
+            .bounded(|mut c| async move {
+                self.unlock
+                    .key(&k.loading)
+                    .arg(token)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(deleted == 1)
     }
 
     /// Uses left according to the gate (None: not loaded).
@@ -478,66 +469,54 @@ fn parse_reserve(reply: &[String]) -> Result<GateReply, GateError> {
     let [outcome, customer, reserved, expires, discount] = reply else {
         return Err(GateError::Reply(format!("{reply:?}")));
     };
-    let held = || -> Result<Held, GateError> {
-        Ok(Held {
+    let outcome = ReserveOutcome::parse(outcome)
+        .ok_or_else(|| GateError::Reply(format!("unknown outcome {outcome:?}")))?;
+    let held = if outcome.holds() {
+        Some(Held {
             customer_id: num(customer)?,
             reserved_ms: num(reserved)?,
             expires_ms: num(expires)?,
             discount: num(discount)?,
         })
+    } else {
+        None
     };
-    Ok(match outcome.as_str() {
-        "RESERVED" => GateReply::Reserved(held()?),
-        "DUPLICATE" => GateReply::Duplicate(held()?),
-        "ORDER_CONFLICT" => GateReply::OrderConflict,
-        "RELEASED" => GateReply::Released,
-        "NOT_LOADED" => GateReply::NotLoaded,
-        "NOT_STARTED" => GateReply::NotStarted,
-        "EXPIRED" => GateReply::Expired,
-        "MIN_ORDER_AMOUNT" => GateReply::MinOrderAmount,
-        "ALREADY_USED" => GateReply::AlreadyUsed,
-        "OUT_OF_STOCK" => GateReply::OutOfStock,
-        other => return Err(GateError::Reply(other.to_owned())),
-    })
+    Ok(GateReply { outcome, held })
 }
 
-/// Parses an `orders` value: `A|customer|reservedMs|expiresMs|discount|orderAmount` (or without
-/// the amount, as first written) or `R|customer|...`.
-pub fn parse_entry(raw: &str) -> Result<OrderEntry, GateError> {
-    let parts: Vec<&str> = raw.split('|').collect();
-    let active = |customer, reserved, expires, discount, amount: Option<&str>| {
-        Ok(OrderEntry::Active {
+/// `lookup.lua`'s reply: `{state, customer, reservedMs, expiresMs, discount, amount, uses}`.
+fn parse_lookup(reply: &[String]) -> Result<(Option<OrderEntry>, i64), GateError> {
+    let [state, customer, reserved, expires, discount, amount, uses] = reply else {
+        return Err(GateError::Reply(format!("{reply:?}")));
+    };
+    let entry = match state.as_str() {
+        "" => None,
+        "A" => Some(OrderEntry::Active {
             held: Held {
                 customer_id: num(customer)?,
                 reserved_ms: num(reserved)?,
                 expires_ms: num(expires)?,
                 discount: num(discount)?,
             },
-            order_amount: amount.map(num).transpose()?.unwrap_or(0),
-        })
+            order_amount: num(amount)?,
+        }),
+        "R" if customer.is_empty() => Some(OrderEntry::Tombstone(None)),
+        "R" => Some(OrderEntry::Tombstone(Some(num(customer)?))),
+        other => return Err(GateError::Reply(format!("unknown entry state {other:?}"))),
     };
-    match parts.as_slice() {
-        ["A", customer, reserved, expires, discount] => {
-            active(customer, reserved, expires, discount, None)
-        }
-        ["A", customer, reserved, expires, discount, amount] => {
-            active(customer, reserved, expires, discount, Some(amount))
-        }
-        ["R", customer, ..] => Ok(OrderEntry::Tombstone(if customer.is_empty() {
-            None
-        } else {
-            Some(num(customer)?)
-        })),
-        _ => Err(GateError::Reply(format!("bad order entry {raw:?}"))),
-    }
+    Ok((entry, num(uses)?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
     #[test]
-    fn order_entries_round_trip_the_formats_the_scripts_write() {
+    fn lookup_replies_parse_or_fail_loudly() {
         let held = Held {
             customer_id: 42,
             reserved_ms: 1000,
@@ -545,49 +524,53 @@ mod tests {
             discount: 5,
         };
         assert_eq!(
-            parse_entry("A|42|1000|901000|5|70000").unwrap(),
-            OrderEntry::Active {
-                held,
-                order_amount: 70000
-            }
+            parse_lookup(&s(&["A", "42", "1000", "901000", "5", "70000", "1"])).unwrap(),
+            (
+                Some(OrderEntry::Active {
+                    held,
+                    order_amount: 70000
+                }),
+                1
+            )
         );
         assert_eq!(
-            parse_entry("A|42|1000|901000|5").unwrap(),
-            OrderEntry::Active {
-                held,
-                order_amount: 0
-            },
-            "an entry written before the amount was kept"
-        );
-        assert!(parse_entry("A|42|1000|901000|5|x").is_err());
-        assert_eq!(
-            parse_entry("R|42|1|2|3").unwrap(),
-            OrderEntry::Tombstone(Some(42))
+            parse_lookup(&s(&["R", "42", "1", "2", "3", "0", "0"])).unwrap(),
+            (Some(OrderEntry::Tombstone(Some(42))), 0)
         );
         assert_eq!(
-            parse_entry("R||0|0|0").unwrap(),
-            OrderEntry::Tombstone(None)
+            parse_lookup(&s(&["R", "", "0", "0", "0", "0", "0"])).unwrap(),
+            (Some(OrderEntry::Tombstone(None)), 0)
         );
-        assert!(parse_entry("X|1").is_err());
+        assert_eq!(
+            parse_lookup(&s(&["", "", "0", "0", "0", "0", "2"])).unwrap(),
+            (None, 2)
+        );
+        assert!(parse_lookup(&s(&["X", "1", "0", "0", "0", "0", "0"])).is_err());
+        assert!(parse_lookup(&s(&["A", "1"])).is_err());
     }
 
     #[test]
     fn reserve_replies_parse_or_fail_loudly() {
-        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert!(matches!(
+        assert_eq!(
             parse_reserve(&s(&["RESERVED", "7", "10", "20", "30"])).unwrap(),
-            GateReply::Reserved(Held {
-                customer_id: 7,
-                reserved_ms: 10,
-                expires_ms: 20,
-                discount: 30
-            })
-        ));
+            GateReply {
+                outcome: ReserveOutcome::Reserved,
+                held: Some(Held {
+                    customer_id: 7,
+                    reserved_ms: 10,
+                    expires_ms: 20,
+                    discount: 30
+                })
+            }
+        );
         assert_eq!(
             parse_reserve(&s(&["OUT_OF_STOCK", "", "0", "0", "0"])).unwrap(),
-            GateReply::OutOfStock
+            GateReply {
+                outcome: ReserveOutcome::OutOfStock,
+                held: None
+            }
         );
         assert!(parse_reserve(&s(&["RESERVED"])).is_err());
-        assert!(parse_reserve(&s(&["WHAT", "", "0", "0", "0"])).is_err());
+        assert!(parse_reserve(&s(&["DUPLICATE", "", "0", "0", "0"])).is_err());
     }
 }

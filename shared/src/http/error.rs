@@ -13,6 +13,7 @@ use crate::errors::{
 };
 use crate::events::EventError;
 use crate::gate::GateError;
+use crate::telemetry::Chain;
 
 /// Seconds a client is asked to wait after a 503.
 const RETRY_AFTER_SECONDS: u32 = 1;
@@ -100,21 +101,21 @@ impl From<Invalid> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         // The detail goes to the log, not to the client.
-        tracing::error!(error = %e, "postgres failure");
+        tracing::error!(error = %Chain(&e), "postgres failure");
         ApiError::unavailable("the database is unavailable; retry later")
     }
 }
 
 impl From<GateError> for ApiError {
     fn from(e: GateError) -> Self {
-        tracing::error!(error = %e, "redis failure");
+        tracing::error!(error = %Chain(&e), "redis failure");
         ApiError::unavailable("the flash-sale gate is unavailable; retry later")
     }
 }
 
 impl From<EventError> for ApiError {
     fn from(e: EventError) -> Self {
-        tracing::error!(error = %e, "sqs failure");
+        tracing::error!(error = %Chain(&e), "sqs failure");
         ApiError::unavailable("the event queue is unavailable; retry later")
     }
 }

@@ -1,10 +1,15 @@
-//! The HTTP API of DESIGN section 4, as one axum `Router`.
+//! The HTTP API (the table in README.md, "API"), as one axum `Router` built from one route
+//! table, [`ROUTES`].
 //!
 //! The local server serves every route; each Lambda function mounts only its family
-//! ([`Routes`]) of the same router, so the handlers exist once. Input is parsed by [`JsonBody`]
-//! and the domain parsers, so a bad request becomes a 4xx naming the field before anything
-//! touches a store; every error leaves through `error::ApiError`.
+//! ([`Routes`]) of the same router, so the handlers exist once. `template.yaml` and the
+//! `cargo lambda watch` router in Cargo.toml declare the same table, and a test checks that
+//! they agree. Input is parsed by [`JsonBody`] and the domain parsers, so a bad request becomes
+//! a 4xx naming the field before anything touches a store; handlers call the reservation
+//! service and nothing else; every error leaves through `error::ApiError`.
 
+#[cfg(test)]
+mod declared_routes;
 pub mod error;
 
 use std::time::{Duration, Instant};
@@ -15,7 +20,7 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -26,7 +31,7 @@ use crate::domain::{
 };
 pub use error::ApiError;
 
-/// Largest request body accepted (DESIGN section 4).
+/// Largest request body accepted.
 pub const BODY_LIMIT: usize = 16 * 1024;
 
 /// Which routes a process serves. The local server takes `All`; each Lambda its own family.
@@ -39,6 +44,19 @@ pub enum Routes {
     Admin,
 }
 
+impl Routes {
+    /// The Lambda function that serves this family (None: the local server's every route).
+    pub fn function(self) -> Option<&'static str> {
+        match self {
+            Routes::All => None,
+            Routes::Reserve => Some("reserve"),
+            Routes::Confirm => Some("confirm"),
+            Routes::Release => Some("release"),
+            Routes::Admin => Some("admin"),
+        }
+    }
+}
+
 /// What a request came to, for the one log line per request: set on every response.
 #[derive(Debug, Clone, Copy)]
 pub struct Outcome(pub &'static str);
@@ -47,31 +65,88 @@ pub struct Outcome(pub &'static str);
 #[derive(Debug, Clone)]
 struct LoggedOrderId(String);
 
+/// One route: what a request must match, which Lambda function serves it, and its handler.
+#[derive(Clone, Copy)]
+pub struct Route {
+    pub method: &'static str,
+    /// axum's path syntax (`{code}`); template.yaml names the same parameters in camelCase.
+    pub path: &'static str,
+    /// The Lambda function that owns it in template.yaml and the `cargo lambda watch` router.
+    pub family: Routes,
+    handler: fn() -> MethodRouter<App>,
+}
+
+impl Route {
+    /// The health routes answer in every function (each can be probed); only admin's are
+    /// mapped to a path in the API.
+    fn served_by(&self, routes: Routes) -> bool {
+        routes == Routes::All || routes == self.family || self.path.starts_with("/health")
+    }
+}
+
+/// Every route of the API.
+pub const ROUTES: &[Route] = &[
+    Route {
+        method: "GET",
+        path: "/health",
+        family: Routes::Admin,
+        handler: || get(health),
+    },
+    Route {
+        method: "GET",
+        path: "/health/live",
+        family: Routes::Admin,
+        handler: || get(live),
+    },
+    Route {
+        method: "POST",
+        path: "/vouchers",
+        family: Routes::Admin,
+        handler: || post(create_voucher),
+    },
+    Route {
+        method: "GET",
+        path: "/vouchers/{code}",
+        family: Routes::Admin,
+        handler: || get(get_voucher),
+    },
+    Route {
+        method: "POST",
+        path: "/vouchers/{code}/warmup",
+        family: Routes::Admin,
+        handler: || post(warmup),
+    },
+    Route {
+        method: "POST",
+        path: "/vouchers/{code}/reservations",
+        family: Routes::Reserve,
+        handler: || post(reserve),
+    },
+    Route {
+        method: "GET",
+        path: "/vouchers/{code}/reservations/{order_id}",
+        family: Routes::Admin,
+        handler: || get(get_reservation),
+    },
+    Route {
+        method: "DELETE",
+        path: "/vouchers/{code}/reservations/{order_id}",
+        family: Routes::Release,
+        handler: || delete(release),
+    },
+    Route {
+        method: "POST",
+        path: "/vouchers/{code}/reservations/{order_id}/confirm",
+        family: Routes::Confirm,
+        handler: || post(confirm),
+    },
+];
+
 pub fn router(app: App, routes: Routes) -> Router {
-    let mut r = Router::new()
-        .route("/health", get(health))
-        .route("/health/live", get(live));
-    if matches!(routes, Routes::All | Routes::Reserve) {
-        r = r.route("/vouchers/{code}/reservations", post(reserve));
-    }
-    if matches!(routes, Routes::All | Routes::Confirm) {
-        r = r.route(
-            "/vouchers/{code}/reservations/{order_id}/confirm",
-            post(confirm),
-        );
-    }
-    if matches!(routes, Routes::All | Routes::Release) {
-        r = r.route("/vouchers/{code}/reservations/{order_id}", delete(release));
-    }
-    if matches!(routes, Routes::All | Routes::Admin) {
-        r = r
-            .route("/vouchers", post(create_voucher))
-            .route("/vouchers/{code}", get(get_voucher))
-            .route("/vouchers/{code}/warmup", post(warmup))
-            .route(
-                "/vouchers/{code}/reservations/{order_id}",
-                get(get_reservation),
-            );
+    let mut r = Router::new();
+    for route in ROUTES.iter().filter(|route| route.served_by(routes)) {
+        // Two methods on one path merge into one method router.
+        r = r.route(route.path, (route.handler)());
     }
     r.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -126,7 +201,7 @@ async fn create_voucher(
     JsonBody(body): JsonBody<CreateVoucherRequest>,
 ) -> Result<Response, ApiError> {
     let voucher = NewVoucher::try_from(body)?;
-    let view = app.create_voucher(&voucher).await?;
+    let view = app.reservations().create_voucher(&voucher).await?;
     Ok(ok(StatusCode::CREATED, "CREATED", Json(view)))
 }
 
@@ -135,7 +210,7 @@ async fn get_voucher(
     code: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let code = VoucherCode::parse(&path(code)?)?;
-    let view = app.store.voucher(&code).await?;
+    let view = app.reservations().voucher(&code).await?;
     Ok(ok(StatusCode::OK, "FOUND", Json(view)))
 }
 
@@ -144,7 +219,7 @@ async fn warmup(
     code: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let code = VoucherCode::parse(&path(code)?)?;
-    let warmed = app.warmup(&code).await?;
+    let warmed = app.reservations().warm(&code).await?;
     Ok(ok(StatusCode::OK, "WARMED", Json(warmed)))
 }
 
@@ -156,7 +231,7 @@ async fn reserve(
     let code = VoucherCode::parse(&path(code)?)?;
     let request = Reserve::parse(code, body)?;
     let order_id = LoggedOrderId(request.order_id.as_str().to_owned());
-    let result = app.reserve(&request).await;
+    let result = app.reservations().reserve(&request).await;
     let mut response = match result {
         Ok(reservation) => ok(StatusCode::CREATED, "RESERVED", Json(reservation)),
         Err(e) => ApiError::from(e).into_response(),
@@ -177,7 +252,7 @@ async fn get_reservation(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (code, order_id) = key(p)?;
-    let view = app.store.reservation(&code, &order_id).await?;
+    let view = app.reservations().reservation(&code, &order_id).await?;
     Ok(ok(StatusCode::OK, "FOUND", Json(view)))
 }
 
@@ -186,7 +261,7 @@ async fn confirm(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (code, order_id) = key(p)?;
-    let confirmation = app.confirm(&code, &order_id).await?;
+    let confirmation = app.reservations().confirm(&code, &order_id).await?;
     Ok(ok(StatusCode::OK, "CONFIRMED", Json(confirmation)))
 }
 
@@ -195,16 +270,14 @@ async fn release(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (code, order_id) = key(p)?;
-    app.release(&code, &order_id).await?;
+    app.reservations().release(&code, &order_id).await?;
     Ok(ok(StatusCode::NO_CONTENT, "RELEASED", ()))
 }
 
 /// Readiness: Postgres decides; Redis down only degrades flash vouchers.
 async fn health(State(app): State<App>) -> Response {
-    const LIMIT: Duration = Duration::from_secs(1);
-    let postgres = tokio::time::timeout(LIMIT, app.store.ping()).await;
-    let postgres_up = matches!(postgres, Ok(Ok(())));
-    let redis_up = app.redis_up().await;
+    let health = app.health(Duration::from_secs(1)).await;
+    let (postgres_up, redis_up) = (health.postgres, health.redis);
     let state = |up: bool| if up { "up" } else { "down" };
     let (status, outcome) = if postgres_up {
         (StatusCode::OK, "HEALTHY")

@@ -1,4 +1,5 @@
-//! Postgres: the pool, migrations and every query the service makes.
+//! Postgres, the source of truth: the pool, migrations and every SQL statement the service
+//! makes (no other module writes SQL).
 //!
 //! Queries go through `query_typed`, which uses the unnamed statement: no named prepared
 //! statement is left on the connection, so RDS Proxy can keep multiplexing it (named statements
@@ -6,24 +7,28 @@
 //! in the SQL functions `fg_reserve` and `fg_merge` (migrations/), so it runs next to the rows it
 //! locks and the voucher row is touched once, at the end of the transaction.
 
+mod merge;
+mod sweeps;
+
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{error::SqlState, types::Type, NoTls, Row};
+use tokio_postgres::{error::SqlState, types::Type, NoTls};
 
 use secrecy::ExposeSecret;
 
+pub use merge::{is_unknown_voucher, Merge, MergeOutcome, Merged, RowFacts};
+pub use sweeps::{Expired, LiveFlashVoucher};
+
 use crate::config::Settings;
 use crate::domain::{
-    Confirmation, NewVoucher, OrderId, ReleaseReason, Reservation, ReservationView, Reserve,
-    Status, VoucherCode, VoucherView,
+    GateMeta, NewVoucher, OrderId, Reservation, ReservationView, Reserve, ReserveOutcome, Status,
+    VoucherCode, VoucherView,
 };
 use crate::errors::{
-    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ReleaseError,
-    ReserveError, StoreError,
+    CreateVoucherError, GetReservationError, GetVoucherError, ReserveError, StoreError,
 };
-use crate::gate::Meta;
 use crate::tls;
 
 mod embedded {
@@ -44,78 +49,11 @@ pub struct Store {
     tls: Option<tls::PostgresTls>,
 }
 
-/// One status change for [`Store::merge`]: the arguments of `fg_merge`.
-#[derive(Debug, Clone)]
-pub struct Merge<'a> {
-    pub code: &'a str,
-    pub order_id: &'a str,
-    /// None: only the key is known (API confirm and release); a missing row is then NOT_FOUND.
-    pub customer_id: Option<i64>,
-    pub status: Status,
-    pub order_amount: Option<i64>,
-    pub discount_amount: Option<i64>,
-    pub reserved_at: Option<DateTime<Utc>>,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub reason: Option<ReleaseReason>,
-    pub now: DateTime<Utc>,
-    /// A refused +1 stores RELEASED/REVOKED instead of failing the call.
-    pub revoke: bool,
-}
-
-impl<'a> Merge<'a> {
-    /// A change that knows only the key (confirm, release).
-    pub fn by_key(code: &'a str, order_id: &'a str, status: Status, now: DateTime<Utc>) -> Self {
-        Merge {
-            code,
-            order_id,
-            customer_id: None,
-            status,
-            order_amount: None,
-            discount_amount: None,
-            reserved_at: None,
-            expires_at: None,
-            reason: None,
-            now,
-            revoke: false,
-        }
-    }
-}
-
 /// The facts about a voucher that never change after creation, cached by each process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VoucherKind {
     pub flash_sale: bool,
     pub per_user_limit: i64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MergeOutcome {
-    Applied,
-    Unchanged,
-    OrderConflict,
-    NotFound,
-    Revoked,
-    /// A +1 refused with `revoke = false`: nothing was written.
-    RefusedOutOfStock,
-    RefusedAlreadyUsed,
-}
-
-/// What `fg_merge` answered, with the row as it stands afterwards (absent for NOT_FOUND and
-/// refusals), and whether the voucher is a flash-sale one, whose gate may need telling (false
-/// when unknown: NOT_FOUND or a refusal).
-#[derive(Debug, Clone)]
-pub struct Merged {
-    pub outcome: MergeOutcome,
-    pub row: Option<RowFacts>,
-    pub flash_sale: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct RowFacts {
-    pub customer_id: i64,
-    pub status: Status,
-    pub discount_amount: i64,
-    pub expires_at: DateTime<Utc>,
 }
 
 impl Store {
@@ -139,7 +77,7 @@ impl Store {
             recycling_method: RecyclingMethod::Fast,
         };
         let tls = if tls::postgres_requires_tls(&pg) {
-            Some(tls::postgres_connector().map_err(|e| StoreError::Pool(e.to_string()))?)
+            Some(tls::postgres_connector().map_err(StoreError::Tls)?)
         } else {
             None
         };
@@ -154,21 +92,12 @@ impl Store {
             .create_timeout(Some(settings.database_timeout))
             .recycle_timeout(Some(settings.database_timeout))
             .build()
-            .map_err(|e| StoreError::Pool(e.to_string()))?;
+            .map_err(StoreError::Build)?;
         Ok(Store { pool, pg, tls })
     }
 
-    /// A pooled connection for code outside this module that needs plain SQL (benchmarks,
-    /// operator tools). Status changes must still go through [`Store::merge`].
-    pub async fn raw_client(&self) -> Result<deadpool_postgres::Client, StoreError> {
-        self.client().await
-    }
-
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| StoreError::Pool(e.to_string()))
+        Ok(self.pool.get().await?)
     }
 
     /// Creates the database named in the URL if it does not exist yet (local runs, tests).
@@ -177,14 +106,19 @@ impl Store {
         let name = cfg.get_dbname().unwrap_or("postgres").to_owned();
         cfg.dbname("postgres");
         cfg.connect_timeout(Duration::from_secs(5));
+        // Two branches because tokio-postgres gives the TLS and plain connections different
+        // types.
         let client = match &self.tls {
             Some(connector) => {
-                let (client, conn) = cfg.connect(connector.clone()).await?;
+                let (client, conn) = cfg
+                    .connect(connector.clone())
+                    .await
+                    .map_err(StoreError::Connect)?;
                 tokio::spawn(conn);
                 client
             }
             None => {
-                let (client, conn) = cfg.connect(NoTls).await?;
+                let (client, conn) = cfg.connect(NoTls).await.map_err(StoreError::Connect)?;
                 tokio::spawn(conn);
                 client
             }
@@ -220,7 +154,7 @@ impl Store {
         client
             .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
             .await?;
-        let report = report.map_err(|e| StoreError::Migration(e.to_string()))?;
+        let report = report.map_err(StoreError::Migration)?;
         let applied: Vec<String> = report
             .applied_migrations()
             .iter()
@@ -345,33 +279,27 @@ impl Store {
             .await;
         let row = match result {
             Ok(rows) => rows.into_iter().next().ok_or(StoreError::NoRow)?,
+            // A refusal found under lock, inside fg_merge.
             Err(e) => {
-                return Err(match refusal(&e) {
-                    Some(MergeOutcome::RefusedAlreadyUsed) => ReserveError::AlreadyUsed,
-                    Some(_) => ReserveError::OutOfStock,
+                return Err(match merge::refusal(&e).and_then(ReserveError::refusal) {
+                    Some(refused) => refused,
                     None => StoreError::from(e).into(),
                 })
             }
         };
-        let outcome: &str = row.get("outcome");
-        match outcome {
-            "RESERVED" | "REPLAY" => Ok(Reservation {
-                order_id: r.order_id.as_str().to_owned(),
-                customer_id: row.get("customer_id"),
-                discount_amount: row.get("discount_amount"),
-                status: Status::Reserved,
-                expires_at: row.get("expires_at"),
-            }),
-            "ORDER_CONFLICT" => Err(ReserveError::OrderConflict),
-            "RESERVATION_RELEASED" => Err(ReserveError::Released),
-            "VOUCHER_NOT_FOUND" => Err(ReserveError::VoucherNotFound),
-            "NOT_STARTED" => Err(ReserveError::NotStarted),
-            "EXPIRED" => Err(ReserveError::Expired),
-            "MIN_ORDER_AMOUNT" => Err(ReserveError::MinOrderAmount),
-            "ALREADY_USED" => Err(ReserveError::AlreadyUsed),
-            "OUT_OF_STOCK" => Err(ReserveError::OutOfStock),
-            other => Err(StoreError::UnexpectedOutcome(other.to_owned()).into()),
+        let word: &str = row.get("outcome");
+        let outcome = ReserveOutcome::parse(word)
+            .ok_or_else(|| StoreError::UnexpectedOutcome(word.to_owned()))?;
+        if let Some(refused) = ReserveError::refusal(outcome) {
+            return Err(refused);
         }
+        Ok(Reservation {
+            order_id: r.order_id.as_str().to_owned(),
+            customer_id: row.get("customer_id"),
+            discount_amount: row.get("discount_amount"),
+            status: Status::Reserved,
+            expires_at: row.get("expires_at"),
+        })
     }
 
     pub async fn reservation(
@@ -394,7 +322,7 @@ impl Store {
             .into_iter()
             .next()
             .ok_or(GetReservationError::NotFound)?;
-        let facts = row_facts(&row)?;
+        let facts = merge::row_facts(&row)?;
         Ok(ReservationView {
             order_id: order_id.as_str().to_owned(),
             customer_id: facts.customer_id,
@@ -402,106 +330,6 @@ impl Store {
             discount_amount: facts.discount_amount,
             expires_at: facts.expires_at,
         })
-    }
-
-    /// The one status change: every confirm, release, event and sweep goes through here.
-    pub async fn merge(&self, m: &Merge<'_>) -> Result<Merged, StoreError> {
-        let client = self.client().await?;
-        let status = m.status.as_db();
-        let reason = m.reason.map(ReleaseReason::as_db);
-        let result = client
-            .query_typed(
-                "SELECT outcome, customer_id, status, discount_amount, expires_at,
-                        (SELECT flash_sale FROM voucher WHERE code = $1) AS flash_sale
-                   FROM fg_merge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                &[
-                    (&m.code, Type::TEXT),
-                    (&m.order_id, Type::TEXT),
-                    (&m.customer_id, Type::INT8),
-                    (&status, Type::INT2),
-                    (&m.order_amount, Type::INT8),
-                    (&m.discount_amount, Type::INT8),
-                    (&m.reserved_at, Type::TIMESTAMPTZ),
-                    (&m.expires_at, Type::TIMESTAMPTZ),
-                    (&reason, Type::TEXT),
-                    (&m.now, Type::TIMESTAMPTZ),
-                    (&m.revoke, Type::BOOL),
-                ],
-            )
-            .await;
-        let rows = match result {
-            Ok(rows) => rows,
-            Err(e) => {
-                return match refusal(&e) {
-                    Some(outcome) => Ok(Merged {
-                        outcome,
-                        row: None,
-                        flash_sale: false,
-                    }),
-                    None => Err(e.into()),
-                }
-            }
-        };
-        let row = rows.into_iter().next().ok_or(StoreError::NoRow)?;
-        let flash_sale: Option<bool> = row.get("flash_sale");
-        let outcome = match row.get::<_, &str>("outcome") {
-            "APPLIED" => MergeOutcome::Applied,
-            "UNCHANGED" => MergeOutcome::Unchanged,
-            "ORDER_CONFLICT" => MergeOutcome::OrderConflict,
-            "NOT_FOUND" => MergeOutcome::NotFound,
-            "REVOKED" => MergeOutcome::Revoked,
-            other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
-        };
-        let row = match outcome {
-            MergeOutcome::NotFound => None,
-            _ => Some(row_facts(&row)?),
-        };
-        Ok(Merged {
-            outcome,
-            row,
-            flash_sale: flash_sale.unwrap_or(false),
-        })
-    }
-
-    pub async fn confirm(
-        &self,
-        code: &VoucherCode,
-        order_id: &OrderId,
-        now: DateTime<Utc>,
-    ) -> Result<Confirmation, ConfirmError> {
-        let merged = self
-            .merge(&Merge::by_key(
-                code.as_str(),
-                order_id.as_str(),
-                Status::Confirmed,
-                now,
-            ))
-            .await?;
-        match merged.row {
-            None => Err(ConfirmError::NotFound),
-            Some(row) if row.status == Status::Released => Err(ConfirmError::Released),
-            Some(row) => Ok(Confirmation {
-                order_id: order_id.as_str().to_owned(),
-                status: row.status,
-                discount_amount: row.discount_amount,
-            }),
-        }
-    }
-
-    pub async fn release(
-        &self,
-        code: &VoucherCode,
-        order_id: &OrderId,
-        reason: ReleaseReason,
-        now: DateTime<Utc>,
-    ) -> Result<Merged, ReleaseError> {
-        let mut merge = Merge::by_key(code.as_str(), order_id.as_str(), Status::Released, now);
-        merge.reason = Some(reason);
-        let merged = self.merge(&merge).await?;
-        match merged.row {
-            None => Err(ReleaseError::NotFound),
-            Some(_) => Ok(merged),
-        }
     }
 
     /// `total_limit - used_count`: what a gate should hold when nothing is in flight.
@@ -535,15 +363,12 @@ impl Store {
 
     /// What the gate is loaded from, read in one snapshot: the voucher's facts, the uses left
     /// (`total_limit - used_count`, never `total_limit`) and each customer's active uses.
-    pub async fn gate_source(
-        &self,
-        code: &VoucherCode,
-    ) -> Result<Option<(Meta, i64, Vec<(i64, i32)>)>, StoreError> {
+    pub async fn gate_source(&self, code: &VoucherCode) -> Result<Option<GateSource>, StoreError> {
         let rows = self
             .client()
             .await?
             .query_typed(
-                "SELECT v.discount_amount, v.min_order_amount, v.starts_at, v.ends_at,
+                "SELECT v.flash_sale, v.discount_amount, v.min_order_amount, v.starts_at, v.ends_at,
                         v.per_user_limit, v.reservation_ttl_seconds,
                         v.total_limit - v.used_count AS remaining,
                         COALESCE((SELECT array_agg(c.customer_id ORDER BY c.customer_id)
@@ -561,7 +386,7 @@ impl Store {
         };
         let starts: DateTime<Utc> = row.get("starts_at");
         let ends: DateTime<Utc> = row.get("ends_at");
-        let meta = Meta {
+        let meta = GateMeta {
             discount: row.get("discount_amount"),
             min_order: row.get("min_order_amount"),
             starts_ms: starts.timestamp_millis(),
@@ -572,33 +397,23 @@ impl Store {
         let remaining: i32 = row.get("remaining");
         let customers: Vec<i64> = row.get("customers");
         let actives: Vec<i32> = row.get("actives");
-        Ok(Some((
+        Ok(Some(GateSource {
+            flash_sale: row.get("flash_sale"),
             meta,
-            remaining.into(),
-            customers.into_iter().zip(actives).collect(),
-        )))
+            remaining: remaining.into(),
+            users: customers.into_iter().zip(actives).collect(),
+        }))
     }
 }
 
-fn row_facts(row: &Row) -> Result<RowFacts, StoreError> {
-    let raw: i16 = row.get("status");
-    Ok(RowFacts {
-        customer_id: row.get("customer_id"),
-        status: Status::from_db(raw).ok_or(StoreError::UnexpectedOutcome(raw.to_string()))?,
-        discount_amount: row.get("discount_amount"),
-        expires_at: row.get("expires_at"),
-    })
-}
-
-/// `fg_merge` refuses a +1 with SQLSTATE FG409 and the reason as the message.
-fn refusal(e: &tokio_postgres::Error) -> Option<MergeOutcome> {
-    let db = e.as_db_error()?;
-    if db.code().code() != "FG409" {
-        return None;
-    }
-    match db.message() {
-        "OUT_OF_STOCK" => Some(MergeOutcome::RefusedOutOfStock),
-        "ALREADY_USED" => Some(MergeOutcome::RefusedAlreadyUsed),
-        _ => None,
-    }
+/// What a gate is loaded from ([`Store::gate_source`]), read in one snapshot.
+#[derive(Debug, Clone)]
+pub struct GateSource {
+    /// Only flash-sale vouchers are loaded.
+    pub flash_sale: bool,
+    pub meta: GateMeta,
+    /// `total_limit - used_count`.
+    pub remaining: i64,
+    /// Each customer's active uses.
+    pub users: Vec<(i64, i32)>,
 }

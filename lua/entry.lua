@@ -1,0 +1,34 @@
+-- Flashgate gate: the order entry. The one place its format is written and read: this prelude is
+-- put in front of every script that touches the `orders` hash (shared/src/gate/mod.rs), and Rust
+-- reads entries only through lookup.lua's parsed reply.
+--
+-- An `orders` value is
+--   "A|customer|reservedMs|expiresMs|discount|orderAmount"  the order holds a use
+--   "R|customer|reservedMs|expiresMs|discount|orderAmount"  released: a tombstone, so the orderId
+--                                                           can never reserve again
+-- Entries written before the gate kept the amount end at discount (amount reads as 0). A
+-- tombstone of an order the gate never held has an empty customer and zeros.
+
+-- Parses an entry into a table {state = 'A'|'R', customer, reserved, expires, discount, amount}
+-- (all strings; customer may be ''), or nil when there is none.
+local function entry_parse(raw)
+  if not raw then
+    return nil
+  end
+  local state, customer, reserved, expires, discount, amount =
+    string.match(raw, '^([AR])|(%d*)|(%d+)|(%d+)|(%d+)|?(%d*)$')
+  if not state then
+    error('bad order entry ' .. raw)
+  end
+  if amount == '' then
+    amount = '0'
+  end
+  return {state = state, customer = customer, reserved = reserved, expires = expires,
+          discount = discount, amount = amount}
+end
+
+-- The text of an entry in `state` ('A' or 'R') with the fields of table `e`.
+local function entry_format(state, e)
+  return state .. '|' .. e.customer .. '|' .. e.reserved .. '|' .. e.expires .. '|' ..
+    e.discount .. '|' .. e.amount
+end

@@ -1,0 +1,160 @@
+//! The routes are declared three times: [`ROUTES`] (what the router serves), the
+//! `cargo lambda watch` router in the root Cargo.toml, and the functions' events in
+//! template.yaml. These tests fail as soon as one of them disagrees with the others, and prove
+//! that every entry of the table reaches its handler in its own function's router.
+
+use std::collections::BTreeSet;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use tower::ServiceExt;
+
+use super::{router, Routes, ROUTES};
+use crate::{App, Settings};
+
+/// (method, path with its parameters unnamed, function).
+type Declared = BTreeSet<(String, String, String)>;
+
+/// `/vouchers/{code}/reservations/{orderId}` -> `/vouchers/{}/reservations/{}`.
+fn unnamed(path: &str) -> String {
+    let mut out = String::new();
+    let mut in_param = false;
+    for c in path.chars() {
+        match c {
+            '{' => {
+                in_param = true;
+                out.push_str("{}");
+            }
+            '}' => in_param = false,
+            c if !in_param => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn table() -> Declared {
+    ROUTES
+        .iter()
+        .map(|r| {
+            let function = r.family.function().expect("every route has a function");
+            (r.method.to_owned(), unnamed(r.path), function.to_owned())
+        })
+        .collect()
+}
+
+fn watch_router() -> Declared {
+    let manifest: toml::Table = include_str!("../../../Cargo.toml").parse().unwrap();
+    let router = manifest["workspace"]["metadata"]["lambda"]["watch"]["router"]
+        .as_table()
+        .expect("the watch router is a table");
+    let mut declared = Declared::new();
+    for (path, target) in router {
+        let path = unnamed(path);
+        match target {
+            // A bare function name takes every method on that path.
+            toml::Value::String(function) => {
+                let methods: Vec<String> = table()
+                    .into_iter()
+                    .filter(|(_, p, _)| *p == path)
+                    .map(|(m, _, _)| m)
+                    .collect();
+                assert!(!methods.is_empty(), "{path} is not a route");
+                for method in methods {
+                    declared.insert((method, path.clone(), function.clone()));
+                }
+            }
+            toml::Value::Array(entries) => {
+                for entry in entries {
+                    declared.insert((
+                        entry["method"].as_str().unwrap().to_owned(),
+                        path.clone(),
+                        entry["function"].as_str().unwrap().to_owned(),
+                    ));
+                }
+            }
+            other => panic!("unexpected watch route {path}: {other:?}"),
+        }
+    }
+    declared
+}
+
+fn template() -> Declared {
+    let template: serde_norway::Value =
+        serde_norway::from_str(include_str!("../../../template.yaml")).unwrap();
+    let mut declared = Declared::new();
+    for resource in template["Resources"].as_mapping().unwrap().values() {
+        if resource["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        let code_uri = resource["Properties"]["CodeUri"].as_str().unwrap();
+        let function = code_uri.trim_start_matches("functions/").to_owned();
+        let Some(events) = resource["Properties"]["Events"].as_mapping() else {
+            continue;
+        };
+        for event in events.values() {
+            if event["Type"].as_str() != Some("HttpApi") {
+                continue;
+            }
+            let p = &event["Properties"];
+            declared.insert((
+                p["Method"].as_str().unwrap().to_owned(),
+                unnamed(p["Path"].as_str().unwrap()),
+                function.clone(),
+            ));
+        }
+    }
+    declared
+}
+
+#[test]
+fn the_watch_router_declares_the_route_table() {
+    assert_eq!(watch_router(), table());
+}
+
+#[test]
+fn template_yaml_declares_the_route_table() {
+    assert_eq!(template(), table());
+}
+
+#[tokio::test]
+async fn every_route_reaches_its_handler_in_its_own_function() {
+    // Nothing listens on port 1: a handler that touches a store fails fast, and the request
+    // never gets that far anyway (every parameter is invalid).
+    let settings = Settings::from_lookup(|name| match name {
+        "DATABASE_URL" => Some("postgres://postgres@127.0.0.1:1/none".into()),
+        "REDIS_URL" => Some("redis://127.0.0.1:1".into()),
+        "REDIS_TIMEOUT_MS" => Some("200".into()),
+        "DATABASE_TIMEOUT_MS" => Some("200".into()),
+        _ => None,
+    })
+    .unwrap();
+    let app = App::new(&settings).unwrap();
+    for route in ROUTES {
+        let uri = route
+            .path
+            .replace("{code}", "bad!")
+            .replace("{order_id}", "bad!");
+        for routes in [Routes::All, route.family] {
+            let request = Request::builder()
+                .method(route.method)
+                .uri(&uri)
+                .body(Body::empty())
+                .unwrap();
+            let response = router(app.clone(), routes).oneshot(request).await.unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            let body = String::from_utf8_lossy(&body);
+            // The router's own fallbacks answer these two; any other answer is the handler's.
+            let fallback = (status == StatusCode::NOT_FOUND && body.contains("\"NOT_FOUND\""))
+                || status == StatusCode::METHOD_NOT_ALLOWED;
+            assert!(
+                !fallback,
+                "{} {} in {routes:?}: {status} {body}",
+                route.method, route.path
+            );
+        }
+    }
+}

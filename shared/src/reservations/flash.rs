@@ -1,0 +1,304 @@
+//! The gate path of a flash-sale voucher: the sold-out short cut, the gate's decision, and
+//! settling a granted use in Postgres (mode A) or on the queue (mode B). When Postgres does not
+//! take a use the gate just granted, the gate is corrected so the two agree again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use super::Warmup;
+use crate::domain::{Held, OrderId, Reservation, Reserve, ReserveOutcome, Status, VoucherCode};
+use crate::errors::{FromGateError, ReserveError, StoreError};
+use crate::events::{Events, ReservedEvent};
+use crate::gate::{Gate, OrderEntry, Removal};
+use crate::store::{Merge, MergeOutcome, Merged, Store, VoucherKind};
+use crate::telemetry::Chain;
+
+#[derive(Clone)]
+pub(super) struct Flash {
+    store: Store,
+    gate: Arc<Gate>,
+    /// Set: consistency mode B.
+    events: Option<Arc<Events>>,
+    warmup: Warmup,
+    sold_out: SoldOut,
+}
+
+/// The codes this process saw sold out, until when. A std Mutex: held for one map access,
+/// never across an await, and far cheaper than an async lock on the losers' hot path.
+#[derive(Clone)]
+struct SoldOut {
+    ttl: Duration,
+    until: Arc<Mutex<HashMap<String, Instant>>>,
+}
+
+impl SoldOut {
+    fn recently(&self, code: &VoucherCode) -> bool {
+        let map = self.until.lock().unwrap();
+        map.get(code.as_str())
+            .is_some_and(|until| Instant::now() < *until)
+    }
+
+    fn mark(&self, code: &VoucherCode) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let until = Instant::now() + self.ttl;
+        self.until
+            .lock()
+            .unwrap()
+            .insert(code.as_str().to_owned(), until);
+    }
+
+    fn clear(&self, code: &VoucherCode) {
+        self.until.lock().unwrap().remove(code.as_str());
+    }
+}
+
+impl Flash {
+    pub(super) fn new(
+        store: Store,
+        gate: Arc<Gate>,
+        events: Option<Arc<Events>>,
+        warmup: Warmup,
+        sold_out_ttl: Duration,
+    ) -> Flash {
+        Flash {
+            store,
+            gate,
+            events,
+            warmup,
+            sold_out: SoldOut {
+                ttl: sold_out_ttl,
+                until: Arc::default(),
+            },
+        }
+    }
+
+    pub(super) async fn reserve(
+        &self,
+        r: &Reserve,
+        kind: VoucherKind,
+        now: DateTime<Utc>,
+    ) -> Result<Reservation, ReserveError> {
+        if self.sold_out.recently(&r.code) {
+            return self.answer_sold_out(r, kind).await;
+        }
+        let order = r.order_id.as_str();
+        let now_ms = now.timestamp_millis();
+        let ask = || {
+            self.gate
+                .reserve(&r.code, r.customer_id, order, r.order_amount, now_ms)
+        };
+        let mut reply = ask().await?;
+        if reply.outcome == ReserveOutcome::NotLoaded {
+            self.warmup.warm(&r.code).await?;
+            reply = ask().await?;
+        }
+        if reply.outcome == ReserveOutcome::OutOfStock {
+            self.sold_out.mark(&r.code);
+        }
+        match (reply.outcome, reply.held) {
+            (ReserveOutcome::Reserved, Some(held)) => self.settle(r, held, true).await,
+            (ReserveOutcome::Replay, Some(held)) => self.settle(r, held, false).await,
+            (outcome, _) => Err(ReserveError::refusal(outcome)
+                .unwrap_or_else(|| StoreError::UnexpectedOutcome(outcome.as_str().into()).into())),
+        }
+    }
+
+    /// Sold out a moment ago: answer without the gate's script. One read-only lookup still
+    /// tells a winner's retry apart (it gets its 201 again, not OUT_OF_STOCK) and refuses in the
+    /// order the script would (per-user limit before stock), so answers do not depend on which
+    /// path took the request.
+    async fn answer_sold_out(
+        &self,
+        r: &Reserve,
+        kind: VoucherKind,
+    ) -> Result<Reservation, ReserveError> {
+        let seen = self
+            .gate
+            .lookup(&r.code, r.order_id.as_str(), Some(r.customer_id))
+            .await;
+        match seen {
+            Ok((Some(OrderEntry::Active { held, .. }), _)) if held.customer_id == r.customer_id => {
+                self.settle(r, held, false).await
+            }
+            Ok((Some(OrderEntry::Active { .. }), _)) => Err(ReserveError::OrderConflict),
+            Ok((Some(OrderEntry::Tombstone(Some(c))), _)) if c != r.customer_id => {
+                Err(ReserveError::OrderConflict)
+            }
+            Ok((Some(OrderEntry::Tombstone(_)), _)) => Err(ReserveError::Released),
+            Ok((None, uses)) if uses >= kind.per_user_limit => Err(ReserveError::AlreadyUsed),
+            // Redis down as well: the voucher was sold out a moment ago and nothing is written.
+            Ok((None, _)) | Err(_) => Err(ReserveError::OutOfStock),
+        }
+    }
+
+    /// The gate granted (`fresh`) or already held (a retry) the use. Mode B: send the event.
+    /// Mode A: write the row with the merge and answer from what Postgres stored.
+    async fn settle(
+        &self,
+        r: &Reserve,
+        held: Held,
+        fresh: bool,
+    ) -> Result<Reservation, ReserveError> {
+        let order = r.order_id.as_str();
+        if let Some(events) = &self.events {
+            // Mode B: Postgres is off the path. The event carries the use to the consumer; if
+            // it cannot be sent, the order stays pending in the gate for the sweeper (or the
+            // client's retry, answered REPLAY, sends it again).
+            events.send(&ReservedEvent::new(r, held)).await?;
+            return Ok(Reservation {
+                order_id: order.to_owned(),
+                customer_id: held.customer_id,
+                discount_amount: held.discount,
+                status: Status::Reserved,
+                expires_at: DateTime::from_timestamp_millis(held.expires_ms)
+                    .ok_or_else(|| StoreError::UnexpectedOutcome("expiry out of range".into()))?,
+            });
+        }
+        let merge = Merge::held(&r.code, order, held, r.order_amount, Status::Reserved);
+        let merged = match self.store.merge(&merge).await {
+            Ok(m) => m,
+            Err(e) => {
+                if fresh {
+                    // Forget, not tombstone: the client's retry with the same orderId must be
+                    // able to succeed once Postgres is back.
+                    self.correct(r, Removal::Forget { give_back: true }).await;
+                }
+                return Err(e.into());
+            }
+        };
+        let result = match (merged.outcome, &merged.row) {
+            (MergeOutcome::Applied | MergeOutcome::Unchanged, Some(row))
+                if row.status.is_active() =>
+            {
+                Ok(Reservation {
+                    order_id: order.to_owned(),
+                    customer_id: row.customer_id,
+                    discount_amount: row.discount_amount,
+                    status: Status::Reserved,
+                    expires_at: row.expires_at,
+                })
+            }
+            (MergeOutcome::Applied | MergeOutcome::Unchanged | MergeOutcome::Revoked, _) => {
+                Err(ReserveError::Released)
+            }
+            (MergeOutcome::OrderConflict, _) => Err(ReserveError::OrderConflict),
+            (MergeOutcome::Refused(outcome), _) => Err(ReserveError::refusal(outcome)
+                .unwrap_or_else(|| StoreError::UnexpectedOutcome(outcome.as_str().into()).into())),
+            (MergeOutcome::NotFound, _) => {
+                Err(StoreError::UnexpectedOutcome("NOT_FOUND".into()).into())
+            }
+        };
+        if fresh {
+            self.reconcile_fresh(r, held, &merged).await;
+        }
+        result
+    }
+
+    /// After a use the gate just granted was merged: make the gate agree with what Postgres
+    /// decided.
+    async fn reconcile_fresh(&self, r: &Reserve, held: Held, merged: &Merged) {
+        let how = match merged.outcome {
+            MergeOutcome::Applied => None,
+            MergeOutcome::Unchanged | MergeOutcome::Revoked => match &merged.row {
+                // A retry of this order, answered REPLAY by the gate, wrote the row first: it
+                // is this very reservation (same expiry), counted once. Nothing to undo.
+                Some(row)
+                    if row.status.is_active()
+                        && row.expires_at.timestamp_millis() == held.expires_ms =>
+                {
+                    None
+                }
+                // Postgres had the order from before the gate lost its data: counted twice.
+                Some(row) if row.status.is_active() => Some(Removal::Uncount),
+                // Released in Postgres: the gate lost the tombstone.
+                _ => Some(Removal::Release),
+            },
+            // Postgres did not take the use: the gate gives it back and forgets the order.
+            MergeOutcome::OrderConflict | MergeOutcome::Refused(ReserveOutcome::AlreadyUsed) => {
+                Some(Removal::Forget { give_back: true })
+            }
+            // Postgres is full, so the gate had one use too many: keep it taken.
+            MergeOutcome::Refused(_) => Some(Removal::Forget { give_back: false }),
+            MergeOutcome::NotFound => None,
+        };
+        match how {
+            Some(how) => self.correct(r, how).await,
+            // Postgres has the row: the order is no longer pending. Off the answer's path.
+            None => {
+                let (gate, code, order) = (
+                    self.gate.clone(),
+                    r.code.clone(),
+                    r.order_id.as_str().to_owned(),
+                );
+                tokio::spawn(async move { gate.settled_best_effort(&code, &order).await });
+            }
+        }
+    }
+
+    /// Takes the order out of the gate `how`; on failure the order stays pending in the gate and
+    /// the sweeper's orphan pass resolves it.
+    async fn correct(&self, r: &Reserve, how: Removal) {
+        let order = r.order_id.as_str();
+        if let Err(e) = self
+            .gate
+            .remove(&r.code, order, how, Some(r.customer_id))
+            .await
+        {
+            tracing::error!(code = r.code.as_str(), order_id = order, error = %Chain(&e), "gate correction failed");
+        }
+    }
+
+    /// Mode B: writes a reservation that is still on its way to Postgres from what the gate
+    /// holds, with `status`; the late event then merges into nothing. None: mode A, or the gate
+    /// does not know the order. A tombstone gives a merge without a row (released).
+    pub(super) async fn merge_from_gate(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+        status: Status,
+    ) -> Result<Option<Merged>, FromGateError> {
+        if self.events.is_none() {
+            return Ok(None);
+        }
+        let order = order_id.as_str();
+        let (held, order_amount) = match self.gate.order(code, order).await? {
+            None => return Ok(None),
+            Some(OrderEntry::Tombstone(_)) => {
+                return Ok(Some(Merged {
+                    outcome: MergeOutcome::Unchanged,
+                    row: None,
+                    flash_sale: true,
+                }))
+            }
+            Some(OrderEntry::Active { held, order_amount }) => (held, order_amount),
+        };
+        let merge = Merge::held(code, order, held, order_amount, status);
+        let merged = self.store.merge(&merge).await?;
+        self.gate.settled_best_effort(code, order).await;
+        Ok(Some(merged))
+    }
+
+    /// A release went through Postgres: a flash voucher's use goes back to its gate.
+    pub(super) async fn released(&self, code: &VoucherCode, order_id: &OrderId, merged: &Merged) {
+        if !(merged.flash_sale && merged.outcome == MergeOutcome::Applied) {
+            return;
+        }
+        // A use came back: this process stops answering OUT_OF_STOCK from memory.
+        self.sold_out.clear(code);
+        let customer = merged.row.as_ref().map(|r| r.customer_id);
+        let order = order_id.as_str();
+        if let Err(e) = self
+            .gate
+            .remove(code, order, Removal::Release, customer)
+            .await
+        {
+            // Postgres released it; the gate keeps the use until the reconciler returns it.
+            tracing::warn!(code = code.as_str(), order_id = order, error = %Chain(&e), "gate release failed");
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The reservation service: every route, CLI command and Lambda handler that creates, reads,
+//! reserves, confirms, releases or warms up calls one method here, so the local server and every
+//! Lambda function run the same code.
+//!
+//! Standard vouchers are decided by Postgres alone (`fg_reserve`, one round trip). Flash-sale
+//! vouchers are decided by the Redis gate ([`flash`]), the winner then written to Postgres with
+//! the merge (mode A) or sent as an event (mode B). [`warmup`] loads a flash voucher into the
+//! gate. See docs/ARCHITECTURE.md, "Standard mode" and "Flash-sale mode".
+
+mod flash;
+mod warmup;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono::Utc;
+
+use crate::domain::{
+    self, Confirmation, NewVoucher, OrderId, Reservation, ReservationView, Reserve, Status,
+    VoucherCode, VoucherView,
+};
+use crate::errors::{
+    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ReleaseError,
+    ReserveError, StoreError, WarmupError,
+};
+use crate::events::Events;
+use crate::gate::Gate;
+use crate::store::{Store, VoucherKind};
+use flash::Flash;
+pub use warmup::{Warmed, Warmup};
+
+/// The service's tunables (from `Settings`).
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// How long a process answers OUT_OF_STOCK for a flash voucher without the gate's script.
+    pub sold_out_ttl: Duration,
+    /// A flash voucher whose sale starts within this lead is loaded at creation.
+    pub warmup_lead: Duration,
+}
+
+#[derive(Clone)]
+pub struct Reservations {
+    store: Store,
+    flash: Flash,
+    warmup: Warmup,
+    /// A voucher's kind never changes after creation, so only a process's first request for a
+    /// code reads it from Postgres.
+    kinds: Arc<RwLock<HashMap<String, VoucherKind>>>,
+}
+
+impl Reservations {
+    /// `events`: set in consistency mode B (winners go to the queue, the consumer writes them).
+    pub fn new(
+        store: Store,
+        gate: Arc<Gate>,
+        events: Option<Arc<Events>>,
+        options: Options,
+    ) -> Reservations {
+        let warmup = Warmup::new(
+            store.clone(),
+            gate.clone(),
+            events.clone(),
+            options.warmup_lead,
+        );
+        Reservations {
+            flash: Flash::new(
+                store.clone(),
+                gate,
+                events,
+                warmup.clone(),
+                options.sold_out_ttl,
+            ),
+            store,
+            warmup,
+            kinds: Arc::default(),
+        }
+    }
+
+    /// Loading flash vouchers into the gate, as the sweeper does it too.
+    pub fn warmup(&self) -> &Warmup {
+        &self.warmup
+    }
+
+    pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
+        let view = self.store.create_voucher(v).await?;
+        if v.flash_sale && self.warmup.is_due(v.starts_at, Utc::now()) {
+            // Best effort: a voucher not loaded now is loaded on first use.
+            if let Err(e) = self.warmup.warm(&v.code).await {
+                tracing::warn!(code = v.code.as_str(), error = %crate::telemetry::Chain(&e), "warm-up at creation failed");
+            }
+        }
+        Ok(view)
+    }
+
+    pub async fn voucher(&self, code: &VoucherCode) -> Result<VoucherView, GetVoucherError> {
+        self.store.voucher(code).await
+    }
+
+    pub async fn reservation(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+    ) -> Result<ReservationView, GetReservationError> {
+        self.store.reservation(code, order_id).await
+    }
+
+    /// Is this voucher decided by the gate, and its per-user limit? Cached for good.
+    async fn kind(&self, code: &VoucherCode) -> Result<Option<VoucherKind>, StoreError> {
+        // A std lock: held for one map access, never across an await.
+        if let Some(&kind) = self.kinds.read().unwrap().get(code.as_str()) {
+            return Ok(Some(kind));
+        }
+        let found = self.store.kind(code).await?;
+        if let Some(kind) = found {
+            self.kinds
+                .write()
+                .unwrap()
+                .insert(code.as_str().to_owned(), kind);
+        }
+        Ok(found)
+    }
+
+    pub async fn reserve(&self, r: &Reserve) -> Result<Reservation, ReserveError> {
+        let now = domain::millis(Utc::now());
+        match self.kind(&r.code).await? {
+            None => Err(ReserveError::VoucherNotFound),
+            Some(kind) if !kind.flash_sale => self.store.reserve(r, now).await,
+            Some(kind) => self.flash.reserve(r, kind, now).await,
+        }
+    }
+
+    pub async fn confirm(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+    ) -> Result<Confirmation, ConfirmError> {
+        let row = match self.store.confirm(code, order_id).await? {
+            Some(row) => row,
+            // Mode B: the reserved event may not have landed yet; the gate knows the order.
+            None => self
+                .flash
+                .merge_from_gate(code, order_id, Status::Confirmed)
+                .await?
+                .ok_or(ConfirmError::NotFound)?
+                .row
+                .ok_or(ConfirmError::Released)?,
+        };
+        if row.status != Status::Confirmed {
+            return Err(ConfirmError::Released);
+        }
+        Ok(Confirmation {
+            order_id: order_id.as_str().to_owned(),
+            status: row.status,
+            discount_amount: row.discount_amount,
+        })
+    }
+
+    pub async fn release(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+    ) -> Result<(), ReleaseError> {
+        let merged = match self.store.release(code, order_id).await? {
+            Some(merged) => merged,
+            // Mode B: released before its reserved event landed.
+            None => self
+                .flash
+                .merge_from_gate(code, order_id, Status::Released)
+                .await?
+                .ok_or(ReleaseError::NotFound)?,
+        };
+        self.flash.released(code, order_id, &merged).await;
+        Ok(())
+    }
+
+    /// Loads a flash voucher into the gate unless it is loaded (see [`Warmup::warm`]).
+    pub async fn warm(&self, code: &VoucherCode) -> Result<Warmed, WarmupError> {
+        self.warmup.warm(code).await
+    }
+}

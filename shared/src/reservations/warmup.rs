@@ -1,0 +1,136 @@
+//! Loading a flash-sale voucher into the gate from Postgres: before its sale (at creation, by
+//! the sweeper or an operator) or lazily on its first reserve. One caller loads, under a
+//! `SET NX` lock whose token is checked when it is released; the others wait for it briefly.
+//!
+//! The gate is loaded with `total_limit - used_count`, never `total_limit`, and in mode B never
+//! while events may be in flight: Postgres does not count them yet, so their uses would be
+//! handed out twice.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::VoucherCode;
+use crate::errors::WarmupError;
+use crate::events::Events;
+use crate::gate::Gate;
+use crate::store::Store;
+
+/// How long a caller waits for another process to finish loading a voucher into the gate.
+const LOAD_WAIT: Duration = Duration::from_secs(2);
+/// The loading lock expires by itself if its holder dies.
+const LOAD_LOCK_TTL: Duration = Duration::from_secs(5);
+
+/// What a warm-up found or did.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Warmed {
+    pub code: String,
+    /// True when this call loaded the voucher; false when it was loaded already.
+    pub loaded_now: bool,
+    /// Uses left in the gate right after.
+    pub remaining: Option<i64>,
+}
+
+#[derive(Clone)]
+pub struct Warmup {
+    store: Store,
+    gate: Arc<Gate>,
+    events: Option<Arc<Events>>,
+    /// Sales starting within this lead are loaded ahead.
+    lead: Duration,
+}
+
+impl Warmup {
+    pub fn new(
+        store: Store,
+        gate: Arc<Gate>,
+        events: Option<Arc<Events>>,
+        lead: Duration,
+    ) -> Warmup {
+        Warmup {
+            store,
+            gate,
+            events,
+            lead,
+        }
+    }
+
+    pub fn lead(&self) -> Duration {
+        self.lead
+    }
+
+    /// A sale starting at `starts_at` is loaded ahead at `now`.
+    pub fn is_due(&self, starts_at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+        starts_at - now <= chrono::Duration::from_std(self.lead).unwrap_or_default()
+    }
+
+    /// Loads the voucher unless it is loaded.
+    pub async fn warm(&self, code: &VoucherCode) -> Result<Warmed, WarmupError> {
+        let mut loaded_now = false;
+        let loaded = self.gate.is_loaded(code).await?;
+        if let (false, Some(events)) = (loaded, &self.events) {
+            if events.in_flight().await? > 0 {
+                return Err(WarmupError::EventsInFlight);
+            }
+        }
+        if !loaded {
+            // Unique per call, so that only this call's lock is ever released by it.
+            let token = uuid::Uuid::new_v4().to_string();
+            if self
+                .gate
+                .try_lock_loading(code, &token, LOAD_LOCK_TTL)
+                .await?
+            {
+                let result = self.load(code).await;
+                if let Err(e) = self.gate.unlock_loading(code, &token).await {
+                    // The lock expires by itself within its TTL.
+                    tracing::warn!(code = code.as_str(), error = %crate::telemetry::Chain(&e), "loading lock not released");
+                }
+                loaded_now = result?;
+            } else {
+                self.wait_for_loader(code).await?;
+            }
+        }
+        Ok(Warmed {
+            code: code.as_str().to_owned(),
+            loaded_now,
+            remaining: self.gate.remaining(code).await?,
+        })
+    }
+
+    async fn wait_for_loader(&self, code: &VoucherCode) -> Result<(), WarmupError> {
+        let deadline = Instant::now() + LOAD_WAIT;
+        while !self.gate.is_loaded(code).await? {
+            if Instant::now() > deadline {
+                return Err(WarmupError::Busy);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    async fn load(&self, code: &VoucherCode) -> Result<bool, WarmupError> {
+        let source = self
+            .store
+            .gate_source(code)
+            .await?
+            .ok_or(WarmupError::NotFound)?;
+        if !source.flash_sale {
+            return Err(WarmupError::NotFlashSale);
+        }
+        let loaded = self
+            .gate
+            .load(code, &source.meta, source.remaining, &source.users)
+            .await?;
+        if loaded {
+            tracing::info!(
+                code = code.as_str(),
+                remaining = source.remaining,
+                "voucher loaded into the gate"
+            );
+        }
+        Ok(loaded)
+    }
+}

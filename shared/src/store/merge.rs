@@ -1,0 +1,225 @@
+//! The one status change: every reserve written from the gate, confirm, release, event and
+//! sweep goes through [`Store::merge`], which calls `fg_merge` (docs/ARCHITECTURE.md, "The
+//! reservation lattice").
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::types::Type;
+use tokio_postgres::Row;
+
+use super::Store;
+use crate::domain::{Held, OrderId, ReleaseReason, ReserveOutcome, Status, VoucherCode};
+use crate::errors::StoreError;
+
+/// One status change: the arguments of `fg_merge`. Built by [`Merge::by_key`] (the caller knows
+/// only the key) or [`Merge::held`] (the caller knows the whole reservation).
+#[derive(Debug, Clone)]
+pub struct Merge<'a> {
+    code: &'a str,
+    order_id: &'a str,
+    /// None: only the key is known (API confirm and release); a missing row is then NOT_FOUND.
+    customer_id: Option<i64>,
+    status: Status,
+    order_amount: Option<i64>,
+    discount_amount: Option<i64>,
+    reserved_at: Option<DateTime<Utc>>,
+    expires_at: Option<DateTime<Utc>>,
+    reason: Option<ReleaseReason>,
+    now: DateTime<Utc>,
+    /// A refused +1 stores RELEASED/REVOKED instead of failing the call.
+    revoke: bool,
+}
+
+impl<'a> Merge<'a> {
+    /// A change that knows only the key (confirm, release): a missing row is NOT_FOUND.
+    pub fn by_key(code: &'a VoucherCode, order_id: &'a str, status: Status) -> Self {
+        Merge {
+            code: code.as_str(),
+            order_id,
+            customer_id: None,
+            status,
+            order_amount: None,
+            discount_amount: None,
+            reserved_at: None,
+            expires_at: None,
+            reason: None,
+            now: crate::domain::millis(Utc::now()),
+            revoke: false,
+        }
+    }
+
+    /// A change that carries the whole reservation, as the gate or its event holds it: a
+    /// missing row is created with these facts (mode A's winner, mode B's event, a confirm or
+    /// release ahead of its event, an orphan's tombstone).
+    pub fn held(
+        code: &'a VoucherCode,
+        order_id: &'a str,
+        held: Held,
+        order_amount: i64,
+        status: Status,
+    ) -> Self {
+        Merge {
+            customer_id: Some(held.customer_id),
+            order_amount: Some(order_amount),
+            discount_amount: Some(held.discount),
+            reserved_at: DateTime::from_timestamp_millis(held.reserved_ms),
+            expires_at: DateTime::from_timestamp_millis(held.expires_ms),
+            ..Merge::by_key(code, order_id, status)
+        }
+    }
+
+    /// Why a RELEASED change happened (default CANCELLED).
+    pub fn reason(mut self, reason: ReleaseReason) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+
+    /// The change's clock, when the caller decides with one it already read (a sweep).
+    pub fn at(mut self, now: DateTime<Utc>) -> Self {
+        self.now = now;
+        self
+    }
+
+    /// A refused use is stored RELEASED/REVOKED instead of failing (mode B's consumer: the gate
+    /// already told the customer yes).
+    pub fn revoking(mut self) -> Self {
+        self.revoke = true;
+        self
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeOutcome {
+    Applied,
+    Unchanged,
+    OrderConflict,
+    NotFound,
+    Revoked,
+    /// A +1 refused without `revoking`: nothing was written. OUT_OF_STOCK or ALREADY_USED.
+    Refused(ReserveOutcome),
+}
+
+/// What `fg_merge` answered, with the row as it stands afterwards (absent for NOT_FOUND and
+/// refusals), and whether the voucher is a flash-sale one, whose gate may need telling (false
+/// when unknown: NOT_FOUND or a refusal).
+#[derive(Debug, Clone)]
+pub struct Merged {
+    pub outcome: MergeOutcome,
+    pub row: Option<RowFacts>,
+    pub flash_sale: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct RowFacts {
+    pub customer_id: i64,
+    pub status: Status,
+    pub discount_amount: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl Store {
+    /// The one status change: every confirm, release, event and sweep goes through here.
+    pub async fn merge(&self, m: &Merge<'_>) -> Result<Merged, StoreError> {
+        let client = self.client().await?;
+        let status = m.status.as_db();
+        let reason = m.reason.map(ReleaseReason::as_db);
+        let result = client
+            .query_typed(
+                "SELECT outcome, customer_id, status, discount_amount, expires_at,
+                        (SELECT flash_sale FROM voucher WHERE code = $1) AS flash_sale
+                   FROM fg_merge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    (&m.code, Type::TEXT),
+                    (&m.order_id, Type::TEXT),
+                    (&m.customer_id, Type::INT8),
+                    (&status, Type::INT2),
+                    (&m.order_amount, Type::INT8),
+                    (&m.discount_amount, Type::INT8),
+                    (&m.reserved_at, Type::TIMESTAMPTZ),
+                    (&m.expires_at, Type::TIMESTAMPTZ),
+                    (&reason, Type::TEXT),
+                    (&m.now, Type::TIMESTAMPTZ),
+                    (&m.revoke, Type::BOOL),
+                ],
+            )
+            .await;
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) => {
+                return match refusal(&e) {
+                    Some(refused) => Ok(Merged {
+                        outcome: MergeOutcome::Refused(refused),
+                        row: None,
+                        flash_sale: false,
+                    }),
+                    None => Err(e.into()),
+                }
+            }
+        };
+        let row = rows.into_iter().next().ok_or(StoreError::NoRow)?;
+        let flash_sale: Option<bool> = row.get("flash_sale");
+        let outcome = match row.get::<_, &str>("outcome") {
+            "APPLIED" => MergeOutcome::Applied,
+            "UNCHANGED" => MergeOutcome::Unchanged,
+            "ORDER_CONFLICT" => MergeOutcome::OrderConflict,
+            "NOT_FOUND" => MergeOutcome::NotFound,
+            "REVOKED" => MergeOutcome::Revoked,
+            other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
+        };
+        let row = match outcome {
+            MergeOutcome::NotFound => None,
+            _ => Some(row_facts(&row)?),
+        };
+        Ok(Merged {
+            outcome,
+            row,
+            flash_sale: flash_sale.unwrap_or(false),
+        })
+    }
+
+    /// Confirm by key: the row as it stands afterwards (None: no such reservation).
+    pub async fn confirm(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+    ) -> Result<Option<RowFacts>, StoreError> {
+        let merge = Merge::by_key(code, order_id.as_str(), Status::Confirmed);
+        Ok(self.merge(&merge).await?.row)
+    }
+
+    /// Release by key (None: no such reservation).
+    pub async fn release(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+    ) -> Result<Option<Merged>, StoreError> {
+        let merge = Merge::by_key(code, order_id.as_str(), Status::Released)
+            .reason(ReleaseReason::Cancelled);
+        let merged = self.merge(&merge).await?;
+        Ok(merged.row.is_some().then_some(merged))
+    }
+}
+
+pub(super) fn row_facts(row: &Row) -> Result<RowFacts, StoreError> {
+    let raw: i16 = row.get("status");
+    Ok(RowFacts {
+        customer_id: row.get("customer_id"),
+        status: Status::from_db(raw).ok_or(StoreError::UnexpectedOutcome(raw.to_string()))?,
+        discount_amount: row.get("discount_amount"),
+        expires_at: row.get("expires_at"),
+    })
+}
+
+/// `fg_merge` refuses a +1 with SQLSTATE FG409 and the reserve outcome word as the message.
+pub(super) fn refusal(e: &tokio_postgres::Error) -> Option<ReserveOutcome> {
+    let db = e.as_db_error()?;
+    if db.code().code() != "FG409" {
+        return None;
+    }
+    ReserveOutcome::parse(db.message())
+}
+
+/// `fg_merge` raises SQLSTATE FG404 for a voucher that does not exist.
+pub fn is_unknown_voucher(e: &StoreError) -> bool {
+    matches!(e, StoreError::Postgres(pg)
+        if pg.as_db_error().is_some_and(|d| d.code().code() == "FG404"))
+}

@@ -1,0 +1,122 @@
+//! The sweeper's reads and its expiry batch (docs/ARCHITECTURE.md, "The sweeper"). Each takes
+//! the sweep's own clock, so one sweep decides everything at one instant.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::types::Type;
+
+use super::Store;
+use crate::domain::VoucherCode;
+use crate::errors::StoreError;
+
+/// A reservation one expiry batch released.
+#[derive(Debug, Clone)]
+pub struct Expired {
+    pub code: VoucherCode,
+    pub order_id: String,
+    pub customer_id: i64,
+    /// Its use goes back to the gate too.
+    pub flash_sale: bool,
+}
+
+/// A flash voucher whose gate may still hold uses.
+#[derive(Debug, Clone)]
+pub struct LiveFlashVoucher {
+    pub code: VoucherCode,
+    pub ttl_ms: i64,
+}
+
+fn stored_code(raw: &str) -> VoucherCode {
+    VoucherCode::parse(raw).expect("stored codes are valid")
+}
+
+impl Store {
+    /// One bounded batch of expiry (`fg_expire`): RESERVED rows past their expiry at `now`,
+    /// released with the merge in one transaction. Fewer than `limit` rows: nothing is left.
+    pub async fn expire_batch(
+        &self,
+        now: DateTime<Utc>,
+        limit: i32,
+    ) -> Result<Vec<Expired>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT voucher_code, order_id, customer_id, flash_sale FROM fg_expire($1, $2)",
+                &[(&now, Type::TIMESTAMPTZ), (&limit, Type::INT4)],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Expired {
+                code: stored_code(r.get("voucher_code")),
+                order_id: r.get("order_id"),
+                customer_id: r.get("customer_id"),
+                flash_sale: r.get("flash_sale"),
+            })
+            .collect())
+    }
+
+    /// Flash vouchers that may still hold uses in a gate at `now` (sale not over a day ago).
+    pub async fn live_flash_vouchers(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<LiveFlashVoucher>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT code, reservation_ttl_seconds FROM voucher
+                  WHERE flash_sale
+                    AND ends_at + make_interval(secs => reservation_ttl_seconds) > $1 - interval '1 day'
+                  ORDER BY code",
+                &[(&now, Type::TIMESTAMPTZ)],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| LiveFlashVoucher {
+                code: stored_code(r.get(0)),
+                ttl_ms: i64::from(r.get::<_, i32>(1)) * 1000,
+            })
+            .collect())
+    }
+
+    /// Which of `order_ids` Postgres has a row for.
+    pub async fn known_orders(
+        &self,
+        code: &VoucherCode,
+        order_ids: &[&str],
+    ) -> Result<Vec<String>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT order_id FROM redemption WHERE voucher_code = $1 AND order_id = ANY($2)",
+                &[(&code.as_str(), Type::TEXT), (&order_ids, Type::TEXT_ARRAY)],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Flash vouchers whose sale is open at `now` or starts within `lead` of it.
+    pub async fn flash_vouchers_starting(
+        &self,
+        now: DateTime<Utc>,
+        lead: Duration,
+    ) -> Result<Vec<VoucherCode>, StoreError> {
+        let lead = lead.as_secs_f64();
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT code FROM voucher
+                  WHERE flash_sale AND starts_at <= $1 + make_interval(secs => $2) AND ends_at > $1
+                  ORDER BY code",
+                &[(&now, Type::TIMESTAMPTZ), (&lead, Type::FLOAT8)],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| stored_code(r.get(0))).collect())
+    }
+}

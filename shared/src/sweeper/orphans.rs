@@ -1,0 +1,83 @@
+//! Orders a gate still marks pending: cleared when Postgres has them, recovered as orphans when
+//! they are older than TTL + grace and Postgres never got them.
+
+use chrono::{DateTime, Utc};
+
+use super::{SweepReport, Sweeper};
+use crate::domain::{ReleaseReason, Status, VoucherCode};
+use crate::errors::SweepError;
+use crate::gate::{OrderEntry, Removal};
+use crate::store::{Merge, MergeOutcome};
+
+impl Sweeper {
+    /// Resolves the gate's pending orders of one voucher. Returns how many are still in flight
+    /// (pending, not yet in Postgres, younger than TTL + grace), or None when the gate failed.
+    pub(super) async fn orphans(
+        &self,
+        code: &VoucherCode,
+        ttl_ms: i64,
+        now: DateTime<Utc>,
+        report: &mut SweepReport,
+    ) -> Result<Option<u64>, SweepError> {
+        let Some(pending) = report.gate_ok(self.gate.pending(code).await) else {
+            return Ok(None);
+        };
+        if pending.is_empty() {
+            return Ok(Some(0));
+        }
+        let ids: Vec<&str> = pending.iter().map(|(o, _)| o.as_str()).collect();
+        let known = self.store.known_orders(code, &ids).await?;
+        let cutoff = now.timestamp_millis() - ttl_ms - self.orphan_grace.as_millis() as i64;
+        let mut in_flight = 0;
+        for (order, reserved_ms) in &pending {
+            if known.contains(order) {
+                // Postgres has it; the clean-up after the write was lost.
+                report.gate_ok(self.gate.settled(code, order).await);
+            } else if *reserved_ms < cutoff {
+                if self.recover(code, order, now, report).await? {
+                    report.orphans_recovered += 1;
+                }
+            } else {
+                in_flight += 1;
+            }
+        }
+        Ok(Some(in_flight))
+    }
+
+    /// Tombstone in Postgres first (a late event then merges into a no-op), then release in
+    /// the gate.
+    async fn recover(
+        &self,
+        code: &VoucherCode,
+        order: &str,
+        now: DateTime<Utc>,
+        report: &mut SweepReport,
+    ) -> Result<bool, SweepError> {
+        let Some(entry) = report.gate_ok(self.gate.order(code, order).await) else {
+            return Ok(false);
+        };
+        let Some(OrderEntry::Active { held, order_amount }) = entry else {
+            // Already a tombstone (or gone): only the pending mark is left.
+            report.gate_ok(self.gate.settled(code, order).await);
+            return Ok(false);
+        };
+        let merge = Merge::held(code, order, held, order_amount, Status::Released)
+            .reason(ReleaseReason::Expired)
+            .at(now);
+        let merged = self.store.merge(&merge).await?;
+        if merged.outcome == MergeOutcome::OrderConflict {
+            tracing::warn!(
+                code = code.as_str(),
+                order_id = order,
+                "orphan's orderId belongs to another customer in Postgres"
+            );
+        }
+        let removed = self
+            .gate
+            .remove(code, order, Removal::Release, Some(held.customer_id))
+            .await;
+        report.gate_ok(removed);
+        tracing::warn!(code = code.as_str(), order_id = order, "orphan recovered");
+        Ok(true)
+    }
+}
