@@ -8,6 +8,17 @@ pub const MAX_AMOUNT: i64 = 1_000_000_000_000_000; // 10^15 minor units
 pub const MAX_TOTAL_LIMIT: i64 = 1_000_000_000;
 pub const MAX_TTL_SECONDS: i64 = 7 * 24 * 3600;
 pub const DEFAULT_TTL_SECONDS: i64 = 900;
+/// Most counter slots a voucher's limit may be split into (docs/ARCHITECTURE.md, "Counter
+/// slots").
+pub const MAX_COUNTER_SLOTS: i64 = 64;
+/// Most slots chosen automatically: past this, more slots only spread the last uses thinner.
+pub const AUTO_COUNTER_SLOTS: i64 = 32;
+
+/// The counter slots chosen for a limit when the create body names none: one for a tiny limit
+/// (nothing to spread), then one per 16 uses, up to [`AUTO_COUNTER_SLOTS`].
+pub fn counter_slots_for(total_limit: i64) -> i64 {
+    (total_limit / 16).clamp(1, AUTO_COUNTER_SLOTS)
+}
 
 /// A rule broken by client input. `field` is the JSON field or path segment at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -128,7 +139,8 @@ impl Status {
 }
 
 /// Change of the active-use counters when a row goes from `old` (None: no row) to `new`: what
-/// `fg_merge` adds to `used_count` and the customer's counter (checked by a test against SQL).
+/// `fg_merge` adds to the voucher's used count (its slots' sum) and the customer's counter
+/// (checked by a test against SQL).
 pub fn active_delta(old: Option<Status>, new: Status) -> i32 {
     let active = |s: Option<Status>| s.is_some_and(Status::is_active) as i32;
     active(Some(new)) - active(old)
@@ -252,6 +264,9 @@ pub struct CreateVoucherRequest {
     pub flash_sale: bool,
     #[serde(default = "default_ttl")]
     pub reservation_ttl_seconds: i64,
+    /// Counter slots the limit is split into; chosen from the limit when absent.
+    #[serde(default)]
+    pub counter_slots: Option<i64>,
 }
 
 fn one() -> i64 {
@@ -274,6 +289,7 @@ pub struct NewVoucher {
     pub ends_at: DateTime<Utc>,
     pub flash_sale: bool,
     pub reservation_ttl_seconds: i32,
+    pub counter_slots: i16,
 }
 
 impl TryFrom<CreateVoucherRequest> for NewVoucher {
@@ -293,11 +309,22 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
         if r.ends_at <= r.starts_at {
             return Err(Invalid::new("endsAt", "must be after startsAt"));
         }
+        let total_limit = in_range("totalLimit", r.total_limit, 1, MAX_TOTAL_LIMIT)?;
+        let counter_slots = match r.counter_slots {
+            None => counter_slots_for(r.total_limit),
+            // A slot with no use to hold would only be walked past.
+            Some(k) => i64::from(in_range(
+                "counterSlots",
+                k,
+                1,
+                MAX_COUNTER_SLOTS.min(r.total_limit),
+            )?),
+        };
         Ok(NewVoucher {
             code: VoucherCode::parse(&r.code)?,
             discount_amount: amount("discountAmount", r.discount_amount)?,
             min_order_amount: amount("minOrderAmount", r.min_order_amount)?,
-            total_limit: in_range("totalLimit", r.total_limit, 1, MAX_TOTAL_LIMIT)?,
+            total_limit,
             per_user_limit: in_range("perUserLimit", r.per_user_limit, 1, i32::MAX as i64)?,
             starts_at: millis(r.starts_at),
             ends_at: millis(r.ends_at),
@@ -308,6 +335,7 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
                 1,
                 MAX_TTL_SECONDS,
             )?,
+            counter_slots: counter_slots as i16,
         })
     }
 }
@@ -327,6 +355,8 @@ pub struct VoucherView {
     pub ends_at: DateTime<Utc>,
     pub flash_sale: bool,
     pub reservation_ttl_seconds: i64,
+    /// Counter slots the limit is split into in Postgres.
+    pub counter_slots: i64,
     /// RESERVED + CONFIRMED.
     pub used_count: i64,
     pub remaining: i64,
@@ -486,6 +516,15 @@ mod tests {
     }
 
     #[test]
+    fn counter_slots_grow_with_the_limit_up_to_a_bound() {
+        assert_eq!(counter_slots_for(1), 1);
+        assert_eq!(counter_slots_for(31), 1);
+        assert_eq!(counter_slots_for(160), 10);
+        assert_eq!(counter_slots_for(1_000), AUTO_COUNTER_SLOTS);
+        assert_eq!(counter_slots_for(MAX_TOTAL_LIMIT), AUTO_COUNTER_SLOTS);
+    }
+
+    #[test]
     fn timestamps_print_at_millisecond_precision() {
         let t = DateTime::parse_from_rfc3339("2026-01-02T03:04:05.678901+02:00")
             .unwrap()
@@ -506,9 +545,25 @@ mod tests {
             ends_at: Utc::now() + chrono::Duration::hours(1),
             flash_sale: false,
             reservation_ttl_seconds: 900,
+            counter_slots: None,
         };
         assert!(NewVoucher::try_from(base()).is_ok());
         let field = |r: CreateVoucherRequest| NewVoucher::try_from(r).unwrap_err().field;
+        assert_eq!(
+            field(CreateVoucherRequest {
+                counter_slots: Some(11),
+                ..base()
+            }),
+            "counterSlots",
+            "more slots than uses"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                counter_slots: Some(0),
+                ..base()
+            }),
+            "counterSlots"
+        );
         assert_eq!(
             field(CreateVoucherRequest {
                 total_limit: 0,

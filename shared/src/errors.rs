@@ -25,6 +25,9 @@ pub enum StoreError {
     Pool(#[source] deadpool_postgres::PoolError),
     #[error("database error")]
     Postgres(#[from] tokio_postgres::Error),
+    /// Postgres raised an error for one change of a batch; the others went through.
+    #[error("database refused the change: {code}: {message}")]
+    Refused { code: String, message: String },
     #[error("migration failed")]
     Migration(#[source] refinery::Error),
     #[error("database returned no row")]
@@ -226,6 +229,9 @@ pub enum ConsumeError {
     /// Will never succeed: the queue retries it, then moves it to the dead-letter queue.
     #[error("poison message: {0}")]
     Poison(String),
+    /// Shared: when the batch's one round trip fails, every event of the batch fails with it.
     #[error("the database is unavailable")]
-    Store(#[from] StoreError),
+    Store(#[source] std::sync::Arc<StoreError>),
+    #[error("panicked")]
+    Panicked,
 }

@@ -1,22 +1,31 @@
 //! The HTTP contract (README.md, "API") against a real server and a real Postgres.
 //! Every test runs on its own fresh database.
 
-/// Each contract test runs twice: once on standard vouchers (Postgres decides) and once on
-/// flash-sale vouchers (the Redis gate decides, mode A writes the winners to Postgres).
-macro_rules! in_both_modes {
+/// Each contract test runs four times: on standard vouchers (Postgres decides) and on
+/// flash-sale vouchers (the Redis gate decides, mode A writes the winners to Postgres), each
+/// with the limit in one counter slot and split across eight.
+macro_rules! in_every_mode {
     ($($name:ident),* $(,)?) => {
-        mod standard {
+        in_every_mode!(@mode standard, false, 1; $($name),*);
+        in_every_mode!(@mode standard_slots, false, 8; $($name),*);
+        in_every_mode!(@mode flash, true, 1; $($name),*);
+        in_every_mode!(@mode flash_slots, true, 8; $($name),*);
+    };
+    (@mode $module:ident, $flash:expr, $slots:expr; $($name:ident),*) => {
+        mod $module {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(false).await })*
-        }
-        mod flash {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(true).await })*
+            async fn $name() {
+                let mode = crate::harness::Mode {
+                    flash: $flash,
+                    slots: $slots,
+                };
+                super::$name(mode).await
+            })*
         }
     };
 }
 
-in_both_modes!(
+in_every_mode!(
     two_hundred_concurrent_reserves_for_ten_uses,
     two_thousand_mixed_reserves_with_retries_and_per_user_limit,
     the_same_request_fifty_times_is_one_use_with_identical_answers,
@@ -32,7 +41,7 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::{self, error_of, TestApp};
+use crate::harness::{self, error_of, Mode, TestApp};
 
 /// Fires every request at once (all tasks wait on one barrier) and returns the answers in
 /// request order.
@@ -59,8 +68,8 @@ async fn fire(
     out
 }
 
-async fn two_hundred_concurrent_reserves_for_ten_uses(flash: bool) {
-    let app = Arc::new(TestApp::spawn_mode(flash).await);
+async fn two_hundred_concurrent_reserves_for_ten_uses(mode: Mode) {
+    let app = Arc::new(TestApp::spawn_in(mode).await);
     app.voucher("TEN", 10, json!({})).await;
     let requests = (1..=200).map(|i| (i, format!("order-{i}"))).collect();
     let answers = fire(&app, "TEN", requests).await;
@@ -90,8 +99,8 @@ async fn two_hundred_concurrent_reserves_for_ten_uses(flash: bool) {
     );
 }
 
-async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit(flash: bool) {
-    let app = Arc::new(TestApp::spawn_mode(flash).await);
+async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit(mode: Mode) {
+    let app = Arc::new(TestApp::spawn_in(mode).await);
     app.voucher("MIXED", 100, json!({"perUserLimit": 2})).await;
 
     // 1,500 first sends from 500 customers, then 500 re-sends of earlier orders, shuffled
@@ -143,8 +152,8 @@ async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit(flash: bool
     assert_eq!(app.view("MIXED").await["remaining"], 0);
 }
 
-async fn the_same_request_fifty_times_is_one_use_with_identical_answers(flash: bool) {
-    let app = Arc::new(TestApp::spawn_mode(flash).await);
+async fn the_same_request_fifty_times_is_one_use_with_identical_answers(mode: Mode) {
+    let app = Arc::new(TestApp::spawn_in(mode).await);
     app.voucher("SAME", 5, json!({})).await;
     let answers = fire(&app, "SAME", vec![(7, "order-7".to_owned()); 50]).await;
     assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
@@ -165,8 +174,8 @@ async fn the_same_request_fifty_times_is_one_use_with_identical_answers(flash: b
     assert_eq!(app.counts("SAME").await.used_count, 1);
 }
 
-async fn eligibility_and_not_found_answers(flash: bool) {
-    let app = TestApp::spawn_mode(flash).await;
+async fn eligibility_and_not_found_answers(mode: Mode) {
+    let app = TestApp::spawn_in(mode).await;
     let now = chrono::Utc::now();
     app.voucher(
         "LATER",
@@ -247,8 +256,8 @@ async fn eligibility_and_not_found_answers(flash: bool) {
     );
 }
 
-async fn release_returns_the_use_and_confirm_and_release_are_idempotent(flash: bool) {
-    let app = TestApp::spawn_mode(flash).await;
+async fn release_returns_the_use_and_confirm_and_release_are_idempotent(mode: Mode) {
+    let app = TestApp::spawn_in(mode).await;
     app.voucher("ONE", 1, json!({})).await;
     assert_eq!(app.reserve("ONE", 1, "o1", 10).await.0, StatusCode::CREATED);
     let (status, body) = app.reserve("ONE", 1, "o2", 10).await;
@@ -340,8 +349,8 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent(flash: b
     assert_eq!(reason, "CANCELLED");
 }
 
-async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed(flash: bool) {
-    let app = TestApp::spawn_mode(flash).await;
+async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed(mode: Mode) {
+    let app = TestApp::spawn_in(mode).await;
     app.voucher("SHORT", 2, json!({"reservationTtlSeconds": 1}))
         .await;
     let (status, body) = app.reserve("SHORT", 1, "o1", 10).await;
@@ -364,8 +373,8 @@ async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed(flash: b
     assert_eq!(app.counts("SHORT").await.used_count, 1);
 }
 
-async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(flash: bool) {
-    let app = TestApp::spawn_mode(flash).await;
+async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(mode: Mode) {
+    let app = TestApp::spawn_in(mode).await;
     app.voucher("GOOD", 5, json!({})).await;
     let before = app.snapshot().await;
 
@@ -651,6 +660,38 @@ async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(flash: bool)
         (
             "POST",
             "/vouchers".into(),
+            Some(voucher(json!({"counterSlots": 0}))),
+            400,
+            "INVALID_REQUEST",
+            "counterSlots",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"counterSlots": 65}))),
+            400,
+            "INVALID_REQUEST",
+            "counterSlots",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"counterSlots": "eight"}))),
+            400,
+            "INVALID_REQUEST",
+            "counterSlots",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
+            Some(voucher(json!({"totalLimit": 3, "counterSlots": 4}))),
+            400,
+            "INVALID_REQUEST",
+            "counterSlots",
+        ),
+        (
+            "POST",
+            "/vouchers".into(),
             Some(voucher(json!({"endsAt": "2025-01-01T00:00:00Z"}))),
             400,
             "INVALID_REQUEST",
@@ -731,8 +772,8 @@ async fn postgres_refuses_what_would_over_allocate() {
     let app = TestApp::spawn().await;
     app.voucher("NET", 3, json!({})).await;
     for sql in [
-        "UPDATE voucher SET used_count = total_limit + 1 WHERE code = 'NET'",
-        "UPDATE voucher SET used_count = -1 WHERE code = 'NET'",
+        "UPDATE voucher_slot SET used = cap + 1 WHERE voucher_code = 'NET'",
+        "UPDATE voucher_slot SET used = -1 WHERE voucher_code = 'NET'",
     ] {
         let err = app.db.execute(sql, &[]).await.unwrap_err();
         assert_eq!(
@@ -751,7 +792,7 @@ async fn postgres_refuses_what_would_over_allocate() {
     let err = app
         .db
         .execute(
-            "UPDATE voucher SET used_count = used_count + 1 WHERE code = 'NET'",
+            "UPDATE voucher_slot SET used = used + 1 WHERE voucher_code = 'NET'",
             &[],
         )
         .await

@@ -413,3 +413,67 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
         "revoked uses do not return to the gate"
     );
 }
+
+/// One batch, one transaction: a message Postgres rejects (its voucher does not exist) fails
+/// alone, one it must revoke is stored REVOKED, and the rest land.
+#[tokio::test]
+async fn a_batch_lands_together_and_a_message_postgres_rejects_fails_alone() {
+    let app = TestApp::spawn().await;
+    app.voucher("BATCH", 2, json!({"flashSale": true, "counterSlots": 2}))
+        .await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let event = |code: &str, customer: i64, order: &str| {
+        let held = shared::domain::Held {
+            customer_id: customer,
+            reserved_ms: now,
+            expires_ms: now + 60_000,
+            discount: 100_000,
+        };
+        serde_json::to_string(&ReservedEvent::new(
+            &reserve_req(code, customer, order),
+            held,
+        ))
+        .unwrap()
+    };
+    let bodies = vec![
+        event("BATCH", 1, "a"),
+        event("NOSUCH", 2, "b"),
+        event("BATCH", 3, "c"),
+        event("BATCH", 1, "a"),
+        event("BATCH", 4, "d"),
+    ];
+    let mut sqs = batch(&bodies);
+    for (i, m) in sqs.records.iter_mut().enumerate() {
+        m.message_id = Some(format!("m{i}"));
+    }
+    let response = app.app.consumer().handle_batch(sqs).await;
+    let failed: Vec<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, vec!["m1"], "only the unknown voucher's event fails");
+    let counts = app.counts("BATCH").await;
+    assert_eq!((counts.used_count, counts.active_rows), (2, 2));
+    let statuses: Vec<(String, i16, Option<String>)> = app
+        .db
+        .query(
+            "SELECT order_id, status, release_reason FROM redemption ORDER BY order_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    // Events merge in (code, orderId) order: a and c take the two uses, d is revoked.
+    assert_eq!(
+        statuses,
+        vec![
+            ("a".to_owned(), 1, None),
+            ("c".to_owned(), 1, None),
+            ("d".to_owned(), 3, Some("REVOKED".to_owned())),
+        ]
+    );
+    assert_eq!(app.view("BATCH").await["revokedCount"], 1);
+}

@@ -10,4 +10,5 @@ mod events;
 mod flash;
 mod lambda;
 mod lattice;
+mod slots;
 mod sweeper;

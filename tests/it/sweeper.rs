@@ -242,16 +242,20 @@ async fn drift_in_the_gate_is_reported_and_repaired_when_nothing_is_in_flight() 
 #[tokio::test]
 async fn a_backlog_of_100000_expired_is_swept_in_bounded_batches() {
     let app = TestApp::spawn().await;
-    app.voucher("BULK", 100_000, json!({"perUserLimit": 1}))
-        .await;
+    app.voucher(
+        "BULK",
+        100_000,
+        json!({"perUserLimit": 1, "counterSlots": 1}),
+    )
+    .await;
     app.db
         .batch_execute(
             "INSERT INTO redemption (voucher_code, order_id, customer_id, status, order_amount,
-                                     discount_amount, reserved_at, expires_at)
-             SELECT 'BULK', 'o' || g, g, 1, 100, 1, now() - interval '1 hour', now() - interval '30 minutes'
+                                     discount_amount, reserved_at, expires_at, slot)
+             SELECT 'BULK', 'o' || g, g, 1, 100, 1, now() - interval '1 hour', now() - interval '30 minutes', 0
                FROM generate_series(1, 100000) g;
              INSERT INTO voucher_customer SELECT 'BULK', g, 1 FROM generate_series(1, 100000) g;
-             UPDATE voucher SET used_count = 100000 WHERE code = 'BULK';",
+             UPDATE voucher_slot SET used = 100000 WHERE voucher_code = 'BULK';",
         )
         .await
         .unwrap();

@@ -9,11 +9,12 @@
 //! - `sale`: `--limit` requests from distinct customers, every one of which should win;
 //! - `sold out`: `--sold-out` more requests, every one of which should be refused.
 //!
-//! Strategies:
+//! Strategies (each with an optional `:K`, the counter slots its voucher's limit is split into;
+//! without it, the service's own choice from the limit):
 //! - `standard`: a standard voucher, decided by Postgres (`fg_reserve`);
 //! - `flash`: a flash-sale voucher, decided by the Redis gate, winners merged into Postgres
 //!   (mode A), losers answered by the sold-out short cut once the gate said OUT_OF_STOCK;
-//! - `naive`: the article's check-then-act (read `used_count`, insert, write back `used + 1`),
+//! - `naive`: the article's check-then-act (read the use count, insert, write back `used + 1`),
 //!   which over-allocates under concurrency; it is here to show that it does. It is not the
 //!   service's code and does not go through it: it has connections of its own to the bench's
 //!   database, as many as the service gets (`--pool`).
@@ -28,7 +29,7 @@ use clap::Parser;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use hdrhistogram::Histogram;
 use loadtest::Scratch;
-use shared::domain::{NewVoucher, OrderId, Reserve, VoucherCode};
+use shared::domain::{counter_slots_for, NewVoucher, OrderId, Reserve, VoucherCode};
 use shared::errors::ReserveError;
 use shared::App;
 use tokio_postgres::types::Type;
@@ -49,8 +50,14 @@ struct Args {
     /// Postgres connections.
     #[arg(long, default_value_t = 16)]
     pool: usize,
-    /// Strategies to run, in order.
-    #[arg(long, value_delimiter = ',', default_value = "standard,flash,naive")]
+    /// Strategies to run, in order: `standard`, `flash` or `naive`, each with an optional
+    /// `:K`, the counter slots its voucher's limit is split into (the service's own choice
+    /// from the limit when absent; naive always runs on one).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "standard:1,standard,flash:1,flash,naive"
+    )]
     strategies: Vec<String>,
     /// Postgres server (a fresh database is created on it and dropped afterwards).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
@@ -111,7 +118,15 @@ async fn main() -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut failures = Vec::new();
     for strategy in &args.strategies {
-        let code = VoucherCode::parse(&format!("BENCH-{}", strategy.to_uppercase()))?;
+        let (kind, slots) = match strategy.split_once(':') {
+            Some((kind, k)) => (kind, k.parse::<i16>().context("counter slots")?),
+            None if strategy == "naive" => ("naive", 1),
+            None => (
+                strategy.as_str(),
+                counter_slots_for(args.limit as i64) as i16,
+            ),
+        };
+        let code = VoucherCode::parse(&format!("BENCH-{}-K{slots}", kind.to_uppercase()))?;
         app.reservations()
             .create_voucher(&NewVoucher {
                 code: code.clone(),
@@ -121,8 +136,9 @@ async fn main() -> anyhow::Result<()> {
                 per_user_limit: 1,
                 starts_at: Utc::now() - chrono::Duration::minutes(1),
                 ends_at: Utc::now() + chrono::Duration::hours(1),
-                flash_sale: strategy == "flash",
+                flash_sale: kind == "flash",
                 reservation_ttl_seconds: 900,
+                counter_slots: slots,
             })
             .await?;
         let phases = [
@@ -130,7 +146,7 @@ async fn main() -> anyhow::Result<()> {
             ("sold out", args.limit, args.limit + args.sold_out),
         ];
         for (name, from, to) in phases {
-            let p = match strategy.as_str() {
+            let p = match kind {
                 "standard" | "flash" => {
                     let app = app.clone();
                     run(&args, &code, from, to, move |code, i| {
@@ -148,7 +164,7 @@ async fn main() -> anyhow::Result<()> {
                 other => anyhow::bail!("unknown strategy {other:?}"),
             };
             println!(
-                "| {strategy} | {name} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+                "| {kind} K={slots} | {name} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
                 to - from,
                 (to - from) as f64 / p.elapsed.as_secs_f64(),
                 p.hist.value_at_quantile(0.5) as f64 / 1000.0,
@@ -179,8 +195,8 @@ async fn main() -> anyhow::Result<()> {
         } else {
             format!("under-allocated: {held} uses held for {}", args.limit)
         };
-        println!("|  | {strategy}: {verdict} | | | | | | | | |");
-        if strategy != "naive" && held != args.limit as i64 {
+        println!("|  | {kind} K={slots}: {verdict} | | | | | | | | |");
+        if kind != "naive" && held != args.limit as i64 {
             failures.push(format!("{strategy}: {verdict}"));
         }
     }
@@ -225,7 +241,9 @@ async fn naive(pg: Pool, code: VoucherCode, i: usize) -> Answer {
         let client = pg.get().await?;
         let row = client
             .query_typed(
-                "SELECT used_count, total_limit, discount_amount FROM voucher WHERE code = $1",
+                "SELECT s.used, v.total_limit, v.discount_amount
+                   FROM voucher v JOIN voucher_slot s ON s.voucher_code = v.code AND s.slot = 0
+                  WHERE v.code = $1",
                 &[(&code.as_str(), Type::TEXT)],
             )
             .await?
@@ -256,7 +274,7 @@ async fn naive(pg: Pool, code: VoucherCode, i: usize) -> Answer {
         let next = used + 1;
         client
             .query_typed(
-                "UPDATE voucher SET used_count = $2 WHERE code = $1",
+                "UPDATE voucher_slot SET used = $2 WHERE voucher_code = $1 AND slot = 0",
                 &[(&code.as_str(), Type::TEXT), (&next, Type::INT4)],
             )
             .await?;

@@ -2,7 +2,7 @@
 //! the sweeper or an operator) or lazily on its first reserve. One caller loads, under a
 //! `SET NX` lock whose token is checked when it is released; the others wait for it briefly.
 //!
-//! The gate is loaded with `total_limit - used_count`, never `total_limit`, and in mode B never
+//! The gate is loaded with `total_limit` less the uses Postgres holds, never `total_limit`, and in mode B never
 //! while events may be in flight: Postgres does not count them yet, so their uses would be
 //! handed out twice.
 

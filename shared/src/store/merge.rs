@@ -119,61 +119,63 @@ pub struct RowFacts {
 impl Store {
     /// The one status change: every confirm, release, event and sweep goes through here.
     pub async fn merge(&self, m: &Merge<'_>) -> Result<Merged, StoreError> {
-        let client = self.client().await?;
-        let status = m.status.as_db();
-        let reason = m.reason.map(ReleaseReason::as_db);
-        let result = client
+        self.merge_batch(std::slice::from_ref(m))
+            .await?
+            .pop()
+            .ok_or(StoreError::NoRow)?
+    }
+
+    /// Many changes in one round trip and one transaction (`fg_merge_batch`): one commit for
+    /// them all. Each succeeds or fails alone (the outer error: the call itself failed, and
+    /// none was applied); answers come in the order given.
+    pub async fn merge_batch(
+        &self,
+        merges: &[Merge<'_>],
+    ) -> Result<Vec<Result<Merged, StoreError>>, StoreError> {
+        let codes: Vec<&str> = merges.iter().map(|m| m.code).collect();
+        let orders: Vec<&str> = merges.iter().map(|m| m.order_id).collect();
+        let customers: Vec<Option<i64>> = merges.iter().map(|m| m.customer_id).collect();
+        let statuses: Vec<i16> = merges.iter().map(|m| m.status.as_db()).collect();
+        let amounts: Vec<Option<i64>> = merges.iter().map(|m| m.order_amount).collect();
+        let discounts: Vec<Option<i64>> = merges.iter().map(|m| m.discount_amount).collect();
+        let reserved: Vec<Option<DateTime<Utc>>> = merges.iter().map(|m| m.reserved_at).collect();
+        let expires: Vec<Option<DateTime<Utc>>> = merges.iter().map(|m| m.expires_at).collect();
+        let reasons: Vec<Option<&str>> = merges
+            .iter()
+            .map(|m| m.reason.map(ReleaseReason::as_db))
+            .collect();
+        let nows: Vec<DateTime<Utc>> = merges.iter().map(|m| m.now).collect();
+        let revokes: Vec<bool> = merges.iter().map(|m| m.revoke).collect();
+        let rows = self
+            .client()
+            .await?
             .query_typed(
-                "SELECT outcome, customer_id, status, discount_amount, expires_at,
-                        (SELECT flash_sale FROM voucher WHERE code = $1) AS flash_sale
-                   FROM fg_merge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                "SELECT idx, outcome, customer_id, status, discount_amount, expires_at,
+                        flash_sale, error_code, error_message
+                   FROM fg_merge_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                 &[
-                    (&m.code, Type::TEXT),
-                    (&m.order_id, Type::TEXT),
-                    (&m.customer_id, Type::INT8),
-                    (&status, Type::INT2),
-                    (&m.order_amount, Type::INT8),
-                    (&m.discount_amount, Type::INT8),
-                    (&m.reserved_at, Type::TIMESTAMPTZ),
-                    (&m.expires_at, Type::TIMESTAMPTZ),
-                    (&reason, Type::TEXT),
-                    (&m.now, Type::TIMESTAMPTZ),
-                    (&m.revoke, Type::BOOL),
+                    (&codes, Type::TEXT_ARRAY),
+                    (&orders, Type::TEXT_ARRAY),
+                    (&customers, Type::INT8_ARRAY),
+                    (&statuses, Type::INT2_ARRAY),
+                    (&amounts, Type::INT8_ARRAY),
+                    (&discounts, Type::INT8_ARRAY),
+                    (&reserved, Type::TIMESTAMPTZ_ARRAY),
+                    (&expires, Type::TIMESTAMPTZ_ARRAY),
+                    (&reasons, Type::TEXT_ARRAY),
+                    (&nows, Type::TIMESTAMPTZ_ARRAY),
+                    (&revokes, Type::BOOL_ARRAY),
                 ],
             )
-            .await;
-        let rows = match result {
-            Ok(rows) => rows,
-            Err(e) => {
-                return match refusal(&e) {
-                    Some(refused) => Ok(Merged {
-                        outcome: MergeOutcome::Refused(refused),
-                        row: None,
-                        flash_sale: false,
-                    }),
-                    None => Err(e.into()),
-                }
-            }
-        };
-        let row = rows.into_iter().next().ok_or(StoreError::NoRow)?;
-        let flash_sale: Option<bool> = row.get("flash_sale");
-        let outcome = match row.get::<_, &str>("outcome") {
-            "APPLIED" => MergeOutcome::Applied,
-            "UNCHANGED" => MergeOutcome::Unchanged,
-            "ORDER_CONFLICT" => MergeOutcome::OrderConflict,
-            "NOT_FOUND" => MergeOutcome::NotFound,
-            "REVOKED" => MergeOutcome::Revoked,
-            other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
-        };
-        let row = match outcome {
-            MergeOutcome::NotFound => None,
-            _ => Some(row_facts(&row)?),
-        };
-        Ok(Merged {
-            outcome,
-            row,
-            flash_sale: flash_sale.unwrap_or(false),
-        })
+            .await?;
+        if rows.len() != merges.len() {
+            return Err(StoreError::UnexpectedOutcome(format!(
+                "{} answers for {} changes",
+                rows.len(),
+                merges.len()
+            )));
+        }
+        Ok(rows.iter().map(merged).collect())
     }
 
     /// Confirm by key: the row as it stands afterwards (None: no such reservation).
@@ -209,7 +211,40 @@ pub(super) fn row_facts(row: &Row) -> Result<RowFacts, StoreError> {
     })
 }
 
-/// `fg_merge` refuses a +1 with SQLSTATE FG409 and the reserve outcome word as the message.
+/// One row of `fg_merge_batch`: the change's outcome, or what Postgres raised for it.
+fn merged(row: &Row) -> Result<Merged, StoreError> {
+    if let Some(code) = row.get::<_, Option<String>>("error_code") {
+        let message: String = row.get("error_message");
+        // fg_merge refuses a +1 with SQLSTATE FG409 and the reserve outcome as the message.
+        if let ("FG409", Some(refused)) = (code.as_str(), ReserveOutcome::parse(&message)) {
+            return Ok(Merged {
+                outcome: MergeOutcome::Refused(refused),
+                row: None,
+                flash_sale: false,
+            });
+        }
+        return Err(StoreError::Refused { code, message });
+    }
+    let outcome = match row.get::<_, &str>("outcome") {
+        "APPLIED" => MergeOutcome::Applied,
+        "UNCHANGED" => MergeOutcome::Unchanged,
+        "ORDER_CONFLICT" => MergeOutcome::OrderConflict,
+        "NOT_FOUND" => MergeOutcome::NotFound,
+        "REVOKED" => MergeOutcome::Revoked,
+        other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
+    };
+    let row_facts = match outcome {
+        MergeOutcome::NotFound => None,
+        _ => Some(row_facts(row)?),
+    };
+    Ok(Merged {
+        outcome,
+        row: row_facts,
+        flash_sale: row.get::<_, Option<bool>>("flash_sale").unwrap_or(false),
+    })
+}
+
+/// A refusal `fg_merge` raised inside `fg_reserve` (SQLSTATE FG409, the outcome as message).
 pub(super) fn refusal(e: &tokio_postgres::Error) -> Option<ReserveOutcome> {
     let db = e.as_db_error()?;
     if db.code().code() != "FG409" {
@@ -220,6 +255,5 @@ pub(super) fn refusal(e: &tokio_postgres::Error) -> Option<ReserveOutcome> {
 
 /// `fg_merge` raises SQLSTATE FG404 for a voucher that does not exist.
 pub fn is_unknown_voucher(e: &StoreError) -> bool {
-    matches!(e, StoreError::Postgres(pg)
-        if pg.as_db_error().is_some_and(|d| d.code().code() == "FG404"))
+    matches!(e, StoreError::Refused { code, .. } if code == "FG404")
 }

@@ -173,14 +173,18 @@ impl Store {
 
     pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
         let client = self.client().await?;
+        // One statement, so one transaction: the voucher and its slots commit together, and
+        // the caps' sum is checked at that commit.
         let rows = client
             .query_typed(
-                "INSERT INTO voucher (code, discount_amount, min_order_amount, total_limit,
-                                      per_user_limit, starts_at, ends_at, flash_sale,
-                                      reservation_ttl_seconds)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                 ON CONFLICT (code) DO NOTHING
-                 RETURNING code",
+                "WITH v AS (
+                   INSERT INTO voucher (code, discount_amount, min_order_amount, total_limit,
+                                        per_user_limit, starts_at, ends_at, flash_sale,
+                                        reservation_ttl_seconds, counter_slots)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                   ON CONFLICT (code) DO NOTHING
+                   RETURNING code, total_limit, counter_slots)
+                 SELECT v.code, fg_set_slots(v.code, v.total_limit, v.counter_slots) FROM v",
                 &[
                     (&v.code.as_str(), Type::TEXT),
                     (&v.discount_amount, Type::INT8),
@@ -191,6 +195,7 @@ impl Store {
                     (&v.ends_at, Type::TIMESTAMPTZ),
                     (&v.flash_sale, Type::BOOL),
                     (&v.reservation_ttl_seconds, Type::INT4),
+                    (&v.counter_slots, Type::INT2),
                 ],
             )
             .await
@@ -208,6 +213,7 @@ impl Store {
             ends_at: v.ends_at,
             flash_sale: v.flash_sale,
             reservation_ttl_seconds: v.reservation_ttl_seconds.into(),
+            counter_slots: v.counter_slots.into(),
             used_count: 0,
             remaining: v.total_limit.into(),
             reserved_count: 0,
@@ -222,7 +228,7 @@ impl Store {
             .query_typed(
                 "SELECT v.code, v.discount_amount, v.min_order_amount, v.total_limit,
                         v.per_user_limit, v.starts_at, v.ends_at, v.flash_sale,
-                        v.reservation_ttl_seconds, v.used_count,
+                        v.reservation_ttl_seconds, v.counter_slots, fg_used(v.code) AS used,
                         (SELECT count(*) FROM redemption r
                           WHERE r.voucher_code = v.code AND r.status = 1) AS reserved,
                         (SELECT count(*) FROM redemption r
@@ -237,20 +243,21 @@ impl Store {
             .into_iter()
             .next()
             .ok_or_else(|| GetVoucherError::NotFound(code.as_str().to_owned()))?;
-        let total: i32 = row.get("total_limit");
-        let used: i32 = row.get("used_count");
+        let total: i64 = row.get::<_, i32>("total_limit").into();
+        let used: i64 = row.get("used");
         Ok(VoucherView {
             code: row.get("code"),
             discount_amount: row.get("discount_amount"),
             min_order_amount: row.get("min_order_amount"),
-            total_limit: total.into(),
+            total_limit: total,
             per_user_limit: row.get::<_, i32>("per_user_limit").into(),
             starts_at: row.get("starts_at"),
             ends_at: row.get("ends_at"),
             flash_sale: row.get("flash_sale"),
             reservation_ttl_seconds: row.get::<_, i32>("reservation_ttl_seconds").into(),
-            used_count: used.into(),
-            remaining: (total - used).into(),
+            counter_slots: row.get::<_, i16>("counter_slots").into(),
+            used_count: used,
+            remaining: total - used,
             reserved_count: row.get("reserved"),
             confirmed_count: row.get("confirmed"),
             revoked_count: row.get("revoked"),
@@ -332,17 +339,17 @@ impl Store {
         })
     }
 
-    /// `total_limit - used_count`: what a gate should hold when nothing is in flight.
+    /// `total_limit` less the uses held: what a gate should hold when nothing is in flight.
     pub async fn expected_remaining(&self, code: &VoucherCode) -> Result<Option<i64>, StoreError> {
         let rows = self
             .client()
             .await?
             .query_typed(
-                "SELECT total_limit - used_count FROM voucher WHERE code = $1",
+                "SELECT total_limit - fg_used(code) FROM voucher WHERE code = $1",
                 &[(&code.as_str(), Type::TEXT)],
             )
             .await?;
-        Ok(rows.first().map(|r| r.get::<_, i32>(0).into()))
+        Ok(rows.first().map(|r| r.get(0)))
     }
 
     /// How a voucher is decided (None: no such voucher). Immutable once created.
@@ -362,7 +369,7 @@ impl Store {
     }
 
     /// What the gate is loaded from, read in one snapshot: the voucher's facts, the uses left
-    /// (`total_limit - used_count`, never `total_limit`) and each customer's active uses.
+    /// (`total_limit` less the uses held, never `total_limit`) and each customer's active uses.
     pub async fn gate_source(&self, code: &VoucherCode) -> Result<Option<GateSource>, StoreError> {
         let rows = self
             .client()
@@ -370,7 +377,7 @@ impl Store {
             .query_typed(
                 "SELECT v.flash_sale, v.discount_amount, v.min_order_amount, v.starts_at, v.ends_at,
                         v.per_user_limit, v.reservation_ttl_seconds,
-                        v.total_limit - v.used_count AS remaining,
+                        v.total_limit - fg_used(v.code) AS remaining,
                         COALESCE((SELECT array_agg(c.customer_id ORDER BY c.customer_id)
                                     FROM voucher_customer c
                                    WHERE c.voucher_code = v.code AND c.active > 0), '{}') AS customers,
@@ -394,13 +401,13 @@ impl Store {
             per_user: row.get::<_, i32>("per_user_limit").into(),
             ttl_ms: i64::from(row.get::<_, i32>("reservation_ttl_seconds")) * 1000,
         };
-        let remaining: i32 = row.get("remaining");
+        let remaining: i64 = row.get("remaining");
         let customers: Vec<i64> = row.get("customers");
         let actives: Vec<i32> = row.get("actives");
         Ok(Some(GateSource {
             flash_sale: row.get("flash_sale"),
             meta,
-            remaining: remaining.into(),
+            remaining,
             users: customers.into_iter().zip(actives).collect(),
         }))
     }
@@ -412,7 +419,7 @@ pub struct GateSource {
     /// Only flash-sale vouchers are loaded.
     pub flash_sale: bool,
     pub meta: GateMeta,
-    /// `total_limit - used_count`.
+    /// `total_limit` less the uses held.
     pub remaining: i64,
     /// Each customer's active uses.
     pub users: Vec<(i64, i32)>,

@@ -10,7 +10,7 @@
 //!    written as RELEASED tombstones in Postgres first, then released in the gate; pending
 //!    orders that Postgres has are just cleared;
 //! 3. **reconcile** ([`reconcile`]): each loaded gate's `remaining` is compared with
-//!    `total_limit - used_count - pending not yet in Postgres`; drift is reported, and repaired
+//!    `total_limit - uses held - pending not yet in Postgres`; drift is reported, and repaired
 //!    only when nothing is in flight and the figures hold still across two reads;
 //! 4. **warm-up**: flash vouchers whose sale starts within the lead are loaded.
 //!

@@ -7,7 +7,7 @@ use crate::domain::VoucherCode;
 use crate::errors::SweepError;
 
 impl Sweeper {
-    /// Compares the gate's `remaining` with `total_limit - used_count - in_flight`.
+    /// Compares the gate's `remaining` with `total_limit - uses held - in_flight`.
     pub(super) async fn reconcile(
         &self,
         code: &VoucherCode,
@@ -54,7 +54,7 @@ impl Sweeper {
         Ok(())
     }
 
-    /// The gate's `remaining`, then Postgres' `total_limit - used_count`.
+    /// The gate's `remaining`, then Postgres' `total_limit` less the uses held.
     async fn read_remaining(
         &self,
         code: &VoucherCode,

@@ -34,6 +34,7 @@ pub async fn serve_with(vars: &[(&str, &str)]) -> String {
 #[must_use = "a builder does nothing until spawned"]
 pub struct TestAppBuilder {
     flash: bool,
+    counter_slots: Option<i64>,
     pg_proxy: bool,
     redis_proxy: bool,
     /// Mode B, with the queue's `maxReceiveCount`.
@@ -46,6 +47,18 @@ impl TestAppBuilder {
     pub fn flash(mut self, flash: bool) -> Self {
         self.flash = flash;
         self
+    }
+
+    /// Vouchers created through [`TestApp::voucher`] split their limit into `k` counter slots
+    /// (by default the service chooses from the limit).
+    pub fn counter_slots(mut self, k: i64) -> Self {
+        self.counter_slots = Some(k);
+        self
+    }
+
+    /// The contract tests' mode: flash or standard, and the counter slots.
+    pub fn mode(self, mode: Mode) -> Self {
+        self.flash(mode.flash).counter_slots(mode.slots)
     }
 
     /// The server reaches Postgres through a [`Proxy`] the test can cut ([`TestApp::pg_proxy`]).
@@ -162,6 +175,7 @@ impl TestAppBuilder {
         tokio::spawn(conn);
         TestApp {
             flash: self.flash,
+            counter_slots: self.counter_slots,
             base: format!("http://{addr}"),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(60))
@@ -202,6 +216,7 @@ pub struct TestApp {
     pub db: tokio_postgres::Client,
     pub db_name: String,
     flash: bool,
+    counter_slots: Option<i64>,
     pg_proxy: Option<Proxy>,
     redis_proxy: Option<Proxy>,
     dlq_url: Option<String>,
@@ -215,6 +230,7 @@ impl TestApp {
     pub fn builder() -> TestAppBuilder {
         TestAppBuilder {
             flash: false,
+            counter_slots: None,
             pg_proxy: false,
             redis_proxy: false,
             events: None,
@@ -229,6 +245,11 @@ impl TestApp {
     /// A server whose test vouchers are flash-sale ones when `flash`.
     pub async fn spawn_mode(flash: bool) -> TestApp {
         Self::builder().flash(flash).spawn().await
+    }
+
+    /// A server for one of the contract tests' modes.
+    pub async fn spawn_in(mode: Mode) -> TestApp {
+        Self::builder().mode(mode).spawn().await
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -304,6 +325,10 @@ impl TestApp {
             "endsAt": (now + chrono::Duration::days(1)).to_rfc3339(),
             "flashSale": self.flash,
         });
+        if let Some(k) = self.counter_slots {
+            // Never more slots than uses: the service refuses that.
+            body["counterSlots"] = k.min(total_limit).into();
+        }
         for (k, v) in overrides.as_object().into_iter().flatten() {
             body[k] = v.clone();
         }
@@ -400,7 +425,7 @@ impl TestApp {
     /// Every row of every table, as text: equal snapshots mean nothing was written.
     pub async fn snapshot(&self) -> String {
         let mut out = String::new();
-        for table in ["voucher", "voucher_customer", "redemption"] {
+        for table in ["voucher", "voucher_slot", "voucher_customer", "redemption"] {
             let rows = self
                 .db
                 .simple_query(&format!("SELECT t::text FROM {table} t ORDER BY t::text"))
@@ -421,7 +446,7 @@ impl TestApp {
         let row = self
             .db
             .query_one(
-                "SELECT v.used_count,
+                "SELECT fg_used(v.code),
                         (SELECT count(*) FROM redemption r WHERE r.voucher_code = v.code AND r.status IN (1, 2)),
                         (SELECT COALESCE(max(active), 0) FROM voucher_customer c WHERE c.voucher_code = v.code),
                         (SELECT COALESCE(max(n), 0) FROM (SELECT count(*) AS n FROM redemption r
@@ -433,13 +458,21 @@ impl TestApp {
             .await
             .unwrap();
         Counts {
-            used_count: row.get::<_, i32>(0) as i64,
+            used_count: row.get(0),
             active_rows: row.get(1),
             max_customer_counter: row.get::<_, i32>(2) as i64,
             max_customer_rows: row.get(3),
             customer_counter_sum: row.get(4),
         }
     }
+}
+
+/// How the contract tests run: on standard or flash-sale vouchers, with the limit in one
+/// counter slot or split across several.
+#[derive(Debug, Clone, Copy)]
+pub struct Mode {
+    pub flash: bool,
+    pub slots: i64,
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ mod helpers;
 mod proxy;
 mod sqs;
 
-pub use app::{serve_with, TestApp};
+pub use app::{serve_with, Mode, TestApp};
 pub use cleanup::Cleanup;
 pub use helpers::{error_of, reserve_req, settings, unique_name, voucher_code, wait_for};
 pub use proxy::Proxy;
