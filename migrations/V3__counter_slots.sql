@@ -34,7 +34,7 @@ UPDATE redemption SET slot = 0 WHERE status IN (1, 2);
 ALTER TABLE voucher DROP COLUMN used_count;
 
 -- A voucher's active uses (RESERVED + CONFIRMED): the sum of its slots. The one definition,
--- read by the voucher view, warm-up, reconciliation and fg_reserve's sold-out short cut.
+-- read by the voucher view, warm-up and reconciliation.
 CREATE FUNCTION fg_used(p_code TEXT) RETURNS BIGINT
 LANGUAGE sql STABLE AS $$
     SELECT COALESCE(sum(used), 0) FROM voucher_slot WHERE voucher_code = p_code;
@@ -170,6 +170,23 @@ BEGIN
     END IF;
 
     LOOP
+        -- A caller that knows the customer claims the key first: for a new reservation (every
+        -- winner) that is the one statement it needs. A concurrent claimer of the same key
+        -- blocks on the unique index until we commit, then finds our row below: retries of one
+        -- order never both count. If we roll back instead, it claims the key itself.
+        IF p_customer IS NOT NULL THEN
+            INSERT INTO redemption AS x (voucher_code, order_id, customer_id, status,
+                                         order_amount, discount_amount, reserved_at, expires_at,
+                                         confirmed_at, released_at, release_reason)
+            VALUES (p_code, p_order, p_customer, p_status, p_order_amount, p_discount,
+                    p_reserved_at, p_expires_at,
+                    CASE WHEN p_status = 2 THEN p_now END,
+                    CASE WHEN p_status = 3 THEN p_now END,
+                    CASE WHEN p_status = 3 THEN COALESCE(p_reason, 'CANCELLED') END)
+            ON CONFLICT ON CONSTRAINT redemption_pkey DO NOTHING
+            RETURNING x.* INTO r;
+            EXIT WHEN FOUND;   -- old_st stays 0: the row is new
+        END IF;
         SELECT * INTO r FROM redemption
          WHERE redemption.voucher_code = p_code AND redemption.order_id = p_order
            FOR UPDATE;
@@ -181,20 +198,7 @@ BEGIN
             RETURN QUERY SELECT 'NOT_FOUND'::TEXT, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
             RETURN;
         END IF;
-        -- Claim the key. A concurrent claimer of the same key blocks on the unique index until
-        -- we commit, then finds our row on its next turn: retries of one order never both
-        -- count. If we roll back instead, it claims the key itself.
-        INSERT INTO redemption AS x (voucher_code, order_id, customer_id, status, order_amount,
-                                     discount_amount, reserved_at, expires_at,
-                                     confirmed_at, released_at, release_reason)
-        VALUES (p_code, p_order, p_customer, p_status, p_order_amount, p_discount,
-                p_reserved_at, p_expires_at,
-                CASE WHEN p_status = 2 THEN p_now END,
-                CASE WHEN p_status = 3 THEN p_now END,
-                CASE WHEN p_status = 3 THEN COALESCE(p_reason, 'CANCELLED') END)
-        ON CONFLICT ON CONSTRAINT redemption_pkey DO NOTHING
-        RETURNING x.* INTO r;
-        EXIT WHEN FOUND;   -- old_st stays 0: the row is new
+        -- The row we met was rolled back meanwhile: claim the key again.
     END LOOP;
 
     IF old_st <> 0 AND p_customer IS NOT NULL AND r.customer_id <> p_customer THEN
@@ -264,7 +268,8 @@ BEGIN
 END;
 $$;
 
--- fg_reserve, now with slots: the sold-out short cut reads the slots' sum in the same snapshot.
+-- fg_reserve, now with slots: the sold-out short cut asks, in the same snapshot, whether any slot
+-- has room (it stops at the first that has).
 -- Everything else is as before (see V1).
 CREATE OR REPLACE FUNCTION fg_reserve(
     p_code          TEXT,
@@ -289,7 +294,8 @@ BEGIN
     SELECT v.*, r.customer_id AS r_customer, r.status AS r_status,
            r.discount_amount AS r_discount, r.expires_at AS r_expires,
            COALESCE(c.active, 0) AS customer_active,
-           fg_used(v.code) AS used
+           EXISTS (SELECT 1 FROM voucher_slot vs
+                    WHERE vs.voucher_code = v.code AND vs.used < vs.cap) AS has_room
       INTO s
       FROM voucher v
       LEFT JOIN redemption r ON r.voucher_code = v.code AND r.order_id = p_order
@@ -312,7 +318,7 @@ BEGIN
         refusal := 'MIN_ORDER_AMOUNT';
     ELSIF s.customer_active >= s.per_user_limit THEN
         refusal := 'ALREADY_USED';
-    ELSIF s.used >= s.total_limit THEN
+    ELSIF NOT s.has_room THEN
         refusal := 'OUT_OF_STOCK';
     END IF;
     IF refusal IS NOT NULL THEN

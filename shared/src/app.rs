@@ -65,6 +65,8 @@ impl App {
             reservations::Options {
                 sold_out_ttl: settings.sold_out_ttl,
                 warmup_lead: settings.warmup_lead,
+                group_commit_max: settings.group_commit_max,
+                group_commit_writers: settings.group_commit_writers,
             },
         );
         let sweeper = Sweeper::new(

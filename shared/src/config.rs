@@ -57,6 +57,11 @@ pub struct Settings {
     pub events_poll: bool,
     /// Bound on sending one event: past it the reserve answers 503.
     pub events_timeout: Duration,
+    /// Standard reserves and mode A's flash winners written together: most in one batch
+    /// (1: each on its own).
+    pub group_commit_max: usize,
+    /// Group-commit batches in flight at once.
+    pub group_commit_writers: usize,
 }
 
 /// The database login kept in Secrets Manager.
@@ -149,6 +154,8 @@ impl Settings {
                 .unwrap_or_else(|| "us-east-1".to_owned()),
             events_poll: parse(&get, "EVENTS_POLL", true)?,
             events_timeout: Duration::from_millis(parse(&get, "EVENTS_TIMEOUT_MS", 1000)?),
+            group_commit_max: parse(&get, "GROUP_COMMIT_MAX", 64)?,
+            group_commit_writers: parse(&get, "GROUP_COMMIT_WRITERS", 1)?,
         })
     }
 

@@ -24,7 +24,7 @@ pub use crate::errors::ConsumeError;
 use crate::errors::StoreError;
 use crate::events::{Events, ReservedEvent, EVENT_TYPE, EVENT_VERSION};
 use crate::gate::{Gate, Removal};
-use crate::store::{is_unknown_voucher, Merge, MergeOutcome, Merged, Store};
+use crate::store::{is_unknown_voucher, Merge, MergeOutcome, Merged, Store, MERGE_BATCH_MAX};
 use crate::telemetry::{emit_metrics, Chain, Unit};
 
 /// What one event did.
@@ -128,20 +128,24 @@ impl Consumer {
                 .revoking()
             })
             .collect();
-        let merged = match AssertUnwindSafe(self.store.merge_batch(&merges))
-            .catch_unwind()
-            .await
-        {
-            Ok(Ok(merged)) => merged,
-            Ok(Err(e)) => {
-                let e = Arc::new(e);
-                for (i, _, _) in &events {
-                    answers[*i] = Err(ConsumeError::Store(e.clone()));
+        let mut merged = Vec::with_capacity(merges.len());
+        for chunk in merges.chunks(MERGE_BATCH_MAX) {
+            match AssertUnwindSafe(self.store.merge_batch(chunk))
+                .catch_unwind()
+                .await
+            {
+                Ok(Ok(answers)) => merged.extend(answers),
+                Ok(Err(e)) => {
+                    // Postgres unreachable: every event of the batch fails and comes back.
+                    let e = Arc::new(e);
+                    for (i, _, _) in &events {
+                        answers[*i] = Err(ConsumeError::Store(e.clone()));
+                    }
+                    return answers;
                 }
-                return answers;
+                Err(_) => return answers,
             }
-            Err(_) => return answers,
-        };
+        }
         for ((i, code, event), merged) in events.iter().zip(merged) {
             answers[*i] = match AssertUnwindSafe(self.landed(code, event, merged))
                 .catch_unwind()

@@ -30,6 +30,9 @@ pub enum StoreError {
     Refused { code: String, message: String },
     #[error("migration failed")]
     Migration(#[source] refinery::Error),
+    /// The one round trip of a batch of writes failed; every write of the batch fails with it.
+    #[error("the batch's write failed")]
+    Batch(#[source] std::sync::Arc<StoreError>),
     #[error("database returned no row")]
     NoRow,
     #[error("database returned an unexpected outcome {0:?}")]

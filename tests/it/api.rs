@@ -1,23 +1,27 @@
 //! The HTTP contract (README.md, "API") against a real server and a real Postgres.
 //! Every test runs on its own fresh database.
 
-/// Each contract test runs four times: on standard vouchers (Postgres decides) and on
+/// Each contract test runs six times: on standard vouchers (Postgres decides) and on
 /// flash-sale vouchers (the Redis gate decides, mode A writes the winners to Postgres), each
-/// with the limit in one counter slot and split across eight.
+/// with the limit in one counter slot, split across eight, and split across eight with the
+/// writes grouped into batches (group commit).
 macro_rules! in_every_mode {
     ($($name:ident),* $(,)?) => {
-        in_every_mode!(@mode standard, false, 1; $($name),*);
-        in_every_mode!(@mode standard_slots, false, 8; $($name),*);
-        in_every_mode!(@mode flash, true, 1; $($name),*);
-        in_every_mode!(@mode flash_slots, true, 8; $($name),*);
+        in_every_mode!(@mode standard, false, 1, false; $($name),*);
+        in_every_mode!(@mode standard_slots, false, 8, false; $($name),*);
+        in_every_mode!(@mode standard_grouped, false, 8, true; $($name),*);
+        in_every_mode!(@mode flash, true, 1, false; $($name),*);
+        in_every_mode!(@mode flash_slots, true, 8, false; $($name),*);
+        in_every_mode!(@mode flash_grouped, true, 8, true; $($name),*);
     };
-    (@mode $module:ident, $flash:expr, $slots:expr; $($name:ident),*) => {
+    (@mode $module:ident, $flash:expr, $slots:expr, $grouped:expr; $($name:ident),*) => {
         mod $module {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $name() {
                 let mode = crate::harness::Mode {
                     flash: $flash,
                     slots: $slots,
+                    group_commit: $grouped,
                 };
                 super::$name(mode).await
             })*

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::group_commit::GroupCommit;
 use super::Warmup;
 use crate::domain::{Held, OrderId, Reservation, Reserve, ReserveOutcome, Status, VoucherCode};
 use crate::errors::{FromGateError, ReserveError, StoreError};
@@ -24,6 +25,8 @@ pub(super) struct Flash {
     events: Option<Arc<Events>>,
     warmup: Warmup,
     sold_out: SoldOut,
+    /// Mode A's winners written in batches (a long-running process only).
+    group_commit: Option<GroupCommit>,
 }
 
 /// The codes this process saw sold out, until when. A std Mutex: held for one map access,
@@ -64,8 +67,10 @@ impl Flash {
         events: Option<Arc<Events>>,
         warmup: Warmup,
         sold_out_ttl: Duration,
+        group_commit: Option<GroupCommit>,
     ) -> Flash {
         Flash {
+            group_commit,
             store,
             gate,
             events,
@@ -159,8 +164,18 @@ impl Flash {
                     .ok_or_else(|| StoreError::UnexpectedOutcome("expiry out of range".into()))?,
             });
         }
-        let merge = Merge::held(&r.code, order, held, r.order_amount, Status::Reserved);
-        let merged = match self.store.merge(&merge).await {
+        let merged = match &self.group_commit {
+            Some(group) => {
+                group
+                    .merge_reserved(&r.code, order, held, r.order_amount)
+                    .await
+            }
+            None => {
+                let merge = Merge::held(&r.code, order, held, r.order_amount, Status::Reserved);
+                self.store.merge(&merge).await
+            }
+        };
+        let merged = match merged {
             Ok(m) => m,
             Err(e) => {
                 if fresh {

@@ -8,6 +8,7 @@
 //! gate. See docs/ARCHITECTURE.md, "Standard mode" and "Flash-sale mode".
 
 mod flash;
+mod group_commit;
 mod warmup;
 
 use std::collections::HashMap;
@@ -28,6 +29,7 @@ use crate::events::Events;
 use crate::gate::Gate;
 use crate::store::{Store, VoucherKind};
 use flash::Flash;
+use group_commit::GroupCommit;
 pub use warmup::{Warmed, Warmup};
 
 /// The service's tunables (from `Settings`).
@@ -37,11 +39,18 @@ pub struct Options {
     pub sold_out_ttl: Duration,
     /// A flash voucher whose sale starts within this lead is loaded at creation.
     pub warmup_lead: Duration,
+    /// Standard reserves and mode A's winners: most written in one batch (1: each on its
+    /// own).
+    pub group_commit_max: usize,
+    /// Group-commit batches in flight at once.
+    pub group_commit_writers: usize,
 }
 
 #[derive(Clone)]
 pub struct Reservations {
     store: Store,
+    /// Standard reserves written in batches (a long-running process only).
+    group_commit: Option<GroupCommit>,
     flash: Flash,
     warmup: Warmup,
     /// A voucher's kind never changes after creation, so only a process's first request for a
@@ -63,6 +72,11 @@ impl Reservations {
             events.clone(),
             options.warmup_lead,
         );
+        let group_commit = GroupCommit::new(
+            store.clone(),
+            options.group_commit_max,
+            options.group_commit_writers,
+        );
         Reservations {
             flash: Flash::new(
                 store.clone(),
@@ -70,7 +84,9 @@ impl Reservations {
                 events,
                 warmup.clone(),
                 options.sold_out_ttl,
+                group_commit.clone(),
             ),
+            group_commit,
             store,
             warmup,
             kinds: Arc::default(),
@@ -125,7 +141,10 @@ impl Reservations {
         let now = domain::millis(Utc::now());
         match self.kind(&r.code).await? {
             None => Err(ReserveError::VoucherNotFound),
-            Some(kind) if !kind.flash_sale => self.store.reserve(r, now).await,
+            Some(kind) if !kind.flash_sale => match &self.group_commit {
+                Some(group) => group.reserve(r, now).await,
+                None => self.store.reserve(r, now).await,
+            },
             Some(kind) => self.flash.reserve(r, kind, now).await,
         }
     }

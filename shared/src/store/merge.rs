@@ -116,6 +116,10 @@ pub struct RowFacts {
     pub expires_at: DateTime<Utc>,
 }
 
+/// Most changes one `fg_merge_batch` call should carry: past 64 subtransactions (when a batch
+/// is run isolated) a transaction's snapshot overflows its cache, which slows every backend.
+pub const MERGE_BATCH_MAX: usize = 64;
+
 impl Store {
     /// The one status change: every confirm, release, event and sweep goes through here.
     pub async fn merge(&self, m: &Merge<'_>) -> Result<Merged, StoreError> {
@@ -127,10 +131,26 @@ impl Store {
 
     /// Many changes in one round trip and one transaction (`fg_merge_batch`): one commit for
     /// them all. Each succeeds or fails alone (the outer error: the call itself failed, and
-    /// none was applied); answers come in the order given.
+    /// none was applied); answers come in the order given. Callers keep batches to
+    /// [`MERGE_BATCH_MAX`].
     pub async fn merge_batch(
         &self,
         merges: &[Merge<'_>],
+    ) -> Result<Vec<Result<Merged, StoreError>>, StoreError> {
+        match self.run_merge_batch(merges, false).await {
+            // One change raised (a refusal, an unknown voucher, a deadlock), so nothing was
+            // applied: again, each change in a savepoint of its own, so that it fails alone.
+            Err(StoreError::Postgres(e)) if e.as_db_error().is_some() => {
+                self.run_merge_batch(merges, true).await
+            }
+            other => other,
+        }
+    }
+
+    async fn run_merge_batch(
+        &self,
+        merges: &[Merge<'_>],
+        isolate: bool,
     ) -> Result<Vec<Result<Merged, StoreError>>, StoreError> {
         let codes: Vec<&str> = merges.iter().map(|m| m.code).collect();
         let orders: Vec<&str> = merges.iter().map(|m| m.order_id).collect();
@@ -152,7 +172,7 @@ impl Store {
             .query_typed(
                 "SELECT idx, outcome, customer_id, status, discount_amount, expires_at,
                         flash_sale, error_code, error_message
-                   FROM fg_merge_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                   FROM fg_merge_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                 &[
                     (&codes, Type::TEXT_ARRAY),
                     (&orders, Type::TEXT_ARRAY),
@@ -165,6 +185,7 @@ impl Store {
                     (&reasons, Type::TEXT_ARRAY),
                     (&nows, Type::TIMESTAMPTZ_ARRAY),
                     (&revokes, Type::BOOL_ARRAY),
+                    (&isolate, Type::BOOL),
                 ],
             )
             .await?;

@@ -18,7 +18,7 @@ use tokio_postgres::{error::SqlState, types::Type, NoTls};
 
 use secrecy::ExposeSecret;
 
-pub use merge::{is_unknown_voucher, Merge, MergeOutcome, Merged, RowFacts};
+pub use merge::{is_unknown_voucher, Merge, MergeOutcome, Merged, RowFacts, MERGE_BATCH_MAX};
 pub use sweeps::{Expired, LiveFlashVoucher};
 
 use crate::config::Settings;
@@ -270,43 +270,72 @@ impl Store {
         r: &Reserve,
         now: DateTime<Utc>,
     ) -> Result<Reservation, ReserveError> {
-        let client = self.client().await?;
-        let result = client
+        self.reserve_batch(&[(r, now)])
+            .await?
+            .pop()
+            .ok_or(StoreError::NoRow)?
+    }
+
+    /// Many standard-mode reserves in one round trip and one transaction (`fg_reserve_batch`),
+    /// answered in the order given; the outer error: the call itself failed and none was
+    /// applied. Callers keep batches to [`MERGE_BATCH_MAX`].
+    pub async fn reserve_batch(
+        &self,
+        requests: &[(&Reserve, DateTime<Utc>)],
+    ) -> Result<Vec<Result<Reservation, ReserveError>>, StoreError> {
+        match self.run_reserve_batch(requests, false).await {
+            // A refusal raised under lock (or another error) in one of them, so nothing was
+            // applied: again, each in a savepoint of its own, so that it fails alone.
+            Err(StoreError::Postgres(e)) if e.as_db_error().is_some() && requests.len() > 1 => {
+                self.run_reserve_batch(requests, true).await
+            }
+            Err(StoreError::Postgres(e)) if merge::refusal(&e).is_some() => {
+                let refused = merge::refusal(&e).and_then(ReserveError::refusal);
+                Ok(vec![Err(refused.expect("a refusal"))])
+            }
+            other => other,
+        }
+    }
+
+    async fn run_reserve_batch(
+        &self,
+        requests: &[(&Reserve, DateTime<Utc>)],
+        isolate: bool,
+    ) -> Result<Vec<Result<Reservation, ReserveError>>, StoreError> {
+        let codes: Vec<&str> = requests.iter().map(|(r, _)| r.code.as_str()).collect();
+        let orders: Vec<&str> = requests.iter().map(|(r, _)| r.order_id.as_str()).collect();
+        let customers: Vec<i64> = requests.iter().map(|(r, _)| r.customer_id).collect();
+        let amounts: Vec<i64> = requests.iter().map(|(r, _)| r.order_amount).collect();
+        let nows: Vec<DateTime<Utc>> = requests.iter().map(|(_, now)| *now).collect();
+        let rows = self
+            .client()
+            .await?
             .query_typed(
-                "SELECT outcome, customer_id, status, discount_amount, expires_at
-                   FROM fg_reserve($1, $2, $3, $4, $5)",
+                "SELECT idx, outcome, customer_id, status, discount_amount, expires_at,
+                        error_code, error_message
+                   FROM fg_reserve_batch($1, $2, $3, $4, $5, $6)",
                 &[
-                    (&r.code.as_str(), Type::TEXT),
-                    (&r.order_id.as_str(), Type::TEXT),
-                    (&r.customer_id, Type::INT8),
-                    (&r.order_amount, Type::INT8),
-                    (&now, Type::TIMESTAMPTZ),
+                    (&codes, Type::TEXT_ARRAY),
+                    (&orders, Type::TEXT_ARRAY),
+                    (&customers, Type::INT8_ARRAY),
+                    (&amounts, Type::INT8_ARRAY),
+                    (&nows, Type::TIMESTAMPTZ_ARRAY),
+                    (&isolate, Type::BOOL),
                 ],
             )
-            .await;
-        let row = match result {
-            Ok(rows) => rows.into_iter().next().ok_or(StoreError::NoRow)?,
-            // A refusal found under lock, inside fg_merge.
-            Err(e) => {
-                return Err(match merge::refusal(&e).and_then(ReserveError::refusal) {
-                    Some(refused) => refused,
-                    None => StoreError::from(e).into(),
-                })
-            }
-        };
-        let word: &str = row.get("outcome");
-        let outcome = ReserveOutcome::parse(word)
-            .ok_or_else(|| StoreError::UnexpectedOutcome(word.to_owned()))?;
-        if let Some(refused) = ReserveError::refusal(outcome) {
-            return Err(refused);
+            .await?;
+        if rows.len() != requests.len() {
+            return Err(StoreError::UnexpectedOutcome(format!(
+                "{} answers for {} reserves",
+                rows.len(),
+                requests.len()
+            )));
         }
-        Ok(Reservation {
-            order_id: r.order_id.as_str().to_owned(),
-            customer_id: row.get("customer_id"),
-            discount_amount: row.get("discount_amount"),
-            status: Status::Reserved,
-            expires_at: row.get("expires_at"),
-        })
+        Ok(requests
+            .iter()
+            .zip(&rows)
+            .map(|((r, _), row)| reserved(r, row))
+            .collect())
     }
 
     pub async fn reservation(
@@ -423,4 +452,33 @@ pub struct GateSource {
     pub remaining: i64,
     /// Each customer's active uses.
     pub users: Vec<(i64, i32)>,
+}
+
+/// One row of `fg_reserve_batch`: the reservation, or the refusal or error it came to.
+fn reserved(r: &Reserve, row: &tokio_postgres::Row) -> Result<Reservation, ReserveError> {
+    if let Some(code) = row.get::<_, Option<String>>("error_code") {
+        let message: String = row.get("error_message");
+        // A refusal fg_merge found under lock: SQLSTATE FG409, the outcome as message.
+        if let Some(refused) = (code == "FG409")
+            .then(|| ReserveOutcome::parse(&message))
+            .flatten()
+            .and_then(ReserveError::refusal)
+        {
+            return Err(refused);
+        }
+        return Err(StoreError::Refused { code, message }.into());
+    }
+    let word: &str = row.get("outcome");
+    let outcome = ReserveOutcome::parse(word)
+        .ok_or_else(|| StoreError::UnexpectedOutcome(word.to_owned()))?;
+    if let Some(refused) = ReserveError::refusal(outcome) {
+        return Err(refused);
+    }
+    Ok(Reservation {
+        order_id: r.order_id.as_str().to_owned(),
+        customer_id: row.get("customer_id"),
+        discount_amount: row.get("discount_amount"),
+        status: Status::Reserved,
+        expires_at: row.get("expires_at"),
+    })
 }

@@ -56,9 +56,14 @@ impl TestAppBuilder {
         self
     }
 
-    /// The contract tests' mode: flash or standard, and the counter slots.
+    /// The contract tests' mode: flash or standard, the counter slots, group commit.
     pub fn mode(self, mode: Mode) -> Self {
-        self.flash(mode.flash).counter_slots(mode.slots)
+        let builder = self.flash(mode.flash).counter_slots(mode.slots);
+        if mode.group_commit {
+            builder.setting("GROUP_COMMIT_MAX", "32")
+        } else {
+            builder
+        }
     }
 
     /// The server reaches Postgres through a [`Proxy`] the test can cut ([`TestApp::pg_proxy`]).
@@ -468,11 +473,13 @@ impl TestApp {
 }
 
 /// How the contract tests run: on standard or flash-sale vouchers, with the limit in one
-/// counter slot or split across several.
+/// counter slot or split across several, mode A's winners written one by one or by group
+/// commit.
 #[derive(Debug, Clone, Copy)]
 pub struct Mode {
     pub flash: bool,
     pub slots: i64,
+    pub group_commit: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -1,0 +1,186 @@
+//! Group commit in a long-running process (`flashgate serve`): reserves that arrive while a
+//! batch is being written go together in the next one, in one round trip, one transaction and
+//! one commit, and each is answered after that commit. Standard reserves go as one
+//! `fg_reserve_batch`, mode A's flash winners as one `fg_merge_batch`.
+//!
+//! A Lambda environment serves one request at a time, so there every batch holds one request:
+//! counter slots are what spread its winners. On by default (`GROUP_COMMIT_MAX`, at most
+//! `MERGE_BATCH_MAX` requests a batch); `GROUP_COMMIT_MAX=1` writes each request on its own.
+
+use std::sync::{Arc, OnceLock};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+use crate::domain::{Held, Reservation, Reserve, Status, VoucherCode};
+use crate::errors::{ReserveError, StoreError};
+use crate::store::{Merge, Merged, Store, MERGE_BATCH_MAX};
+
+/// One request's write, waiting for its batch.
+enum Job {
+    /// A standard reserve.
+    Reserve {
+        request: Reserve,
+        now: DateTime<Utc>,
+        answer: oneshot::Sender<Result<Reservation, ReserveError>>,
+    },
+    /// A flash winner (mode A), written RESERVED.
+    Winner {
+        code: VoucherCode,
+        order_id: String,
+        held: Held,
+        order_amount: i64,
+        answer: oneshot::Sender<Result<Merged, StoreError>>,
+    },
+}
+
+#[derive(Clone)]
+pub(super) struct GroupCommit {
+    store: Store,
+    /// Most requests in one batch.
+    max: usize,
+    /// Writers, each with at most one batch in flight.
+    writers: usize,
+    /// Started on first use, from inside the runtime.
+    queue: Arc<OnceLock<mpsc::Sender<Job>>>,
+}
+
+/// The writer went away: only while the process shuts down.
+fn stopped() -> StoreError {
+    StoreError::UnexpectedOutcome("group commit stopped".into())
+}
+
+impl GroupCommit {
+    pub(super) fn new(store: Store, max: usize, writers: usize) -> Option<GroupCommit> {
+        (max > 1).then(|| GroupCommit {
+            store,
+            max: max.min(MERGE_BATCH_MAX),
+            writers: writers.max(1),
+            queue: Arc::default(),
+        })
+    }
+
+    /// A standard reserve, with the next batch.
+    pub(super) async fn reserve(
+        &self,
+        request: &Reserve,
+        now: DateTime<Utc>,
+    ) -> Result<Reservation, ReserveError> {
+        let (answer, answered) = oneshot::channel();
+        let job = Job::Reserve {
+            request: request.clone(),
+            now,
+            answer,
+        };
+        self.queue().send(job).await.map_err(|_| stopped())?;
+        answered.await.map_err(|_| stopped())?
+    }
+
+    /// A flash winner written RESERVED, with the next batch.
+    pub(super) async fn merge_reserved(
+        &self,
+        code: &VoucherCode,
+        order_id: &str,
+        held: Held,
+        order_amount: i64,
+    ) -> Result<Merged, StoreError> {
+        let (answer, answered) = oneshot::channel();
+        let job = Job::Winner {
+            code: code.clone(),
+            order_id: order_id.to_owned(),
+            held,
+            order_amount,
+            answer,
+        };
+        self.queue().send(job).await.map_err(|_| stopped())?;
+        answered.await.map_err(|_| stopped())?
+    }
+
+    fn queue(&self) -> &mpsc::Sender<Job> {
+        self.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::channel(self.max * self.writers * 4);
+            let rx = Arc::new(Mutex::new(rx));
+            for _ in 0..self.writers {
+                tokio::spawn(write(self.store.clone(), rx.clone(), self.max));
+            }
+            tx
+        })
+    }
+}
+
+/// Takes what is queued (up to `max`), writes it, answers each; again until every sender is
+/// gone.
+async fn write(store: Store, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: usize) {
+    loop {
+        let jobs = {
+            // A tokio Mutex: held across the wait for the first job, so writers take turns.
+            let mut queue = queue.lock().await;
+            let Some(first) = queue.recv().await else {
+                return;
+            };
+            let mut jobs = vec![first];
+            while jobs.len() < max {
+                match queue.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
+                }
+            }
+            jobs
+        };
+        let (mut reserves, mut winners) = (Vec::new(), Vec::new());
+        for job in jobs {
+            match job {
+                Job::Reserve {
+                    request,
+                    now,
+                    answer,
+                } => reserves.push((request, now, answer)),
+                Job::Winner {
+                    code,
+                    order_id,
+                    held,
+                    order_amount,
+                    answer,
+                } => winners.push((code, order_id, held, order_amount, answer)),
+            }
+        }
+        if !reserves.is_empty() {
+            let requests: Vec<(&Reserve, DateTime<Utc>)> =
+                reserves.iter().map(|(r, now, _)| (r, *now)).collect();
+            match store.reserve_batch(&requests).await {
+                Ok(answers) => {
+                    for ((_, _, answer), result) in reserves.into_iter().zip(answers) {
+                        let _ = answer.send(result);
+                    }
+                }
+                Err(e) => {
+                    let e = Arc::new(e);
+                    for (_, _, answer) in reserves {
+                        let _ = answer.send(Err(StoreError::Batch(e.clone()).into()));
+                    }
+                }
+            }
+        }
+        if !winners.is_empty() {
+            let merges: Vec<Merge<'_>> = winners
+                .iter()
+                .map(|(code, order, held, amount, _)| {
+                    Merge::held(code, order, *held, *amount, Status::Reserved)
+                })
+                .collect();
+            match store.merge_batch(&merges).await {
+                Ok(answers) => {
+                    for (winner, result) in winners.into_iter().zip(answers) {
+                        let _ = winner.4.send(result);
+                    }
+                }
+                Err(e) => {
+                    let e = Arc::new(e);
+                    for winner in winners {
+                        let _ = winner.4.send(Err(StoreError::Batch(e.clone())));
+                    }
+                }
+            }
+        }
+    }
+}
