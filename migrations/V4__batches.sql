@@ -38,7 +38,9 @@ CREATE FUNCTION fg_merge_batch(
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    m RECORD;
+    m          RECORD;
+    last_code  TEXT;
+    last_flash BOOLEAN;
 BEGIN
     FOR i IN 1 .. COALESCE(array_length(p_codes, 1), 0) LOOP
         idx := i;
@@ -66,7 +68,12 @@ BEGIN
             status := m.status;
             discount_amount := m.discount_amount;
             expires_at := m.expires_at;
-            flash_sale := (SELECT v.flash_sale FROM voucher v WHERE v.code = p_codes[i]);
+            -- A batch is mostly one voucher's: read its kind once.
+            IF last_code IS DISTINCT FROM p_codes[i] THEN
+                last_code := p_codes[i];
+                last_flash := (SELECT v.flash_sale FROM voucher v WHERE v.code = last_code);
+            END IF;
+            flash_sale := last_flash;
         END IF;
         RETURN NEXT;
     END LOOP;

@@ -52,11 +52,12 @@ struct Args {
     pool: usize,
     /// Strategies to run, in order: `standard`, `flash` or `naive`, each with an optional
     /// `:K`, the counter slots its voucher's limit is split into (the service's own choice
-    /// from the limit when absent; naive always runs on one).
+    /// from the limit when absent; naive always runs on one), and an optional `@plain`: each
+    /// reserve written on its own (GROUP_COMMIT_MAX=1), as before group commit.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "standard:1,standard,flash:1,flash,naive"
+        default_value = "standard:1@plain,standard,flash:1@plain,flash,naive"
     )]
     strategies: Vec<String>,
     /// Postgres server (a fresh database is created on it and dropped afterwards).
@@ -96,6 +97,15 @@ async fn main() -> anyhow::Result<()> {
     )?;
     let app = App::new(&settings)?;
     app.prepare_database().await?;
+    let plain = App::new(&scratch.settings(
+        "",
+        &[
+            ("DATABASE_POOL_SIZE", args.pool.to_string()),
+            ("DATABASE_TIMEOUT_MS", "30000".into()),
+            ("REDIS_TIMEOUT_MS", "5000".into()),
+            ("GROUP_COMMIT_MAX", "1".into()),
+        ],
+    )?)?;
     let pg = own_pool(&scratch.database_url(), args.pool)?;
 
     println!(
@@ -118,6 +128,10 @@ async fn main() -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut failures = Vec::new();
     for strategy in &args.strategies {
+        let (strategy, app, how) = match strategy.strip_suffix("@plain") {
+            Some(s) => (s.to_owned(), &plain, " one by one"),
+            None => (strategy.clone(), &app, ""),
+        };
         let (kind, slots) = match strategy.split_once(':') {
             Some((kind, k)) => (kind, k.parse::<i16>().context("counter slots")?),
             None if strategy == "naive" => ("naive", 1),
@@ -126,7 +140,8 @@ async fn main() -> anyhow::Result<()> {
                 counter_slots_for(args.limit as i64) as i16,
             ),
         };
-        let code = VoucherCode::parse(&format!("BENCH-{}-K{slots}", kind.to_uppercase()))?;
+        let plainly = if how.is_empty() { "" } else { "-PLAIN" };
+        let code = VoucherCode::parse(&format!("BENCH-{}-K{slots}{plainly}", kind.to_uppercase()))?;
         app.reservations()
             .create_voucher(&NewVoucher {
                 code: code.clone(),
@@ -164,7 +179,7 @@ async fn main() -> anyhow::Result<()> {
                 other => anyhow::bail!("unknown strategy {other:?}"),
             };
             println!(
-                "| {kind} K={slots} | {name} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+                "| {kind} K={slots}{how} | {name} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
                 to - from,
                 (to - from) as f64 / p.elapsed.as_secs_f64(),
                 p.hist.value_at_quantile(0.5) as f64 / 1000.0,
@@ -195,7 +210,7 @@ async fn main() -> anyhow::Result<()> {
         } else {
             format!("under-allocated: {held} uses held for {}", args.limit)
         };
-        println!("|  | {kind} K={slots}: {verdict} | | | | | | | | |");
+        println!("|  | {kind} K={slots}{how}: {verdict} | | | | | | | | |");
         if kind != "naive" && held != args.limit as i64 {
             failures.push(format!("{strategy}: {verdict}"));
         }
