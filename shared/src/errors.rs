@@ -118,6 +118,15 @@ impl ReserveError {
     }
 }
 
+impl ReserveError {
+    /// The error for an outcome that must be a refusal (a refused +1, a gate refusal); one that
+    /// holds a use here means the layers disagree, answered as unavailable.
+    pub fn refused(outcome: ReserveOutcome) -> ReserveError {
+        ReserveError::refusal(outcome)
+            .unwrap_or_else(|| StoreError::UnexpectedOutcome(outcome.as_str().into()).into())
+    }
+}
+
 impl From<WarmupError> for ReserveError {
     fn from(e: WarmupError) -> Self {
         match e {

@@ -108,8 +108,7 @@ impl Flash {
         match (reply.outcome, reply.held) {
             (ReserveOutcome::Reserved, Some(held)) => self.settle(r, held, true).await,
             (ReserveOutcome::Replay, Some(held)) => self.settle(r, held, false).await,
-            (outcome, _) => Err(ReserveError::refusal(outcome)
-                .unwrap_or_else(|| StoreError::UnexpectedOutcome(outcome.as_str().into()).into())),
+            (outcome, _) => Err(ReserveError::refused(outcome)),
         }
     }
 
@@ -202,8 +201,7 @@ impl Flash {
                 Err(ReserveError::Released)
             }
             (MergeOutcome::OrderConflict, _) => Err(ReserveError::OrderConflict),
-            (MergeOutcome::Refused(outcome), _) => Err(ReserveError::refusal(outcome)
-                .unwrap_or_else(|| StoreError::UnexpectedOutcome(outcome.as_str().into()).into())),
+            (MergeOutcome::Refused(outcome), _) => Err(ReserveError::refused(outcome)),
             (MergeOutcome::NotFound, _) => {
                 Err(StoreError::UnexpectedOutcome("NOT_FOUND".into()).into())
             }

@@ -137,14 +137,7 @@ impl Store {
         &self,
         merges: &[Merge<'_>],
     ) -> Result<Vec<Result<Merged, StoreError>>, StoreError> {
-        match self.run_merge_batch(merges, false).await {
-            // One change raised (a refusal, an unknown voucher, a deadlock), so nothing was
-            // applied: again, each change in a savepoint of its own, so that it fails alone.
-            Err(StoreError::Postgres(e)) if e.as_db_error().is_some() => {
-                self.run_merge_batch(merges, true).await
-            }
-            other => other,
-        }
+        plain_then_isolated(|isolate| self.run_merge_batch(merges, isolate)).await
     }
 
     async fn run_merge_batch(
@@ -189,13 +182,7 @@ impl Store {
                 ],
             )
             .await?;
-        if rows.len() != merges.len() {
-            return Err(StoreError::UnexpectedOutcome(format!(
-                "{} answers for {} changes",
-                rows.len(),
-                merges.len()
-            )));
-        }
+        one_row_each(&rows, merges.len())?;
         Ok(rows.iter().map(merged).collect())
     }
 
@@ -234,17 +221,12 @@ pub(super) fn row_facts(row: &Row) -> Result<RowFacts, StoreError> {
 
 /// One row of `fg_merge_batch`: the change's outcome, or what Postgres raised for it.
 fn merged(row: &Row) -> Result<Merged, StoreError> {
-    if let Some(code) = row.get::<_, Option<String>>("error_code") {
-        let message: String = row.get("error_message");
-        // fg_merge refuses a +1 with SQLSTATE FG409 and the reserve outcome as the message.
-        if let ("FG409", Some(refused)) = (code.as_str(), ReserveOutcome::parse(&message)) {
-            return Ok(Merged {
-                outcome: MergeOutcome::Refused(refused),
-                row: None,
-                flash_sale: false,
-            });
-        }
-        return Err(StoreError::Refused { code, message });
+    if let Some(raised) = raised(row) {
+        return raised.map(|refused| Merged {
+            outcome: MergeOutcome::Refused(refused),
+            row: None,
+            flash_sale: false,
+        });
     }
     let outcome = match row.get::<_, &str>("outcome") {
         "APPLIED" => MergeOutcome::Applied,
@@ -265,13 +247,42 @@ fn merged(row: &Row) -> Result<Merged, StoreError> {
     })
 }
 
-/// A refusal `fg_merge` raised inside `fg_reserve` (SQLSTATE FG409, the outcome as message).
-pub(super) fn refusal(e: &tokio_postgres::Error) -> Option<ReserveOutcome> {
-    let db = e.as_db_error()?;
-    if db.code().code() != "FG409" {
-        return None;
+/// Runs a batch plainly, and when one of its changes raised (a refusal found under lock, an
+/// unknown voucher, a deadlock), so that nothing was applied, again with each change in a
+/// savepoint of its own, so that it fails alone (see `fg_merge_batch`).
+pub(super) async fn plain_then_isolated<T, Fut>(
+    run: impl Fn(bool) -> Fut,
+) -> Result<Vec<T>, StoreError>
+where
+    Fut: std::future::Future<Output = Result<Vec<T>, StoreError>>,
+{
+    match run(false).await {
+        Err(StoreError::Postgres(e)) if e.as_db_error().is_some() => run(true).await,
+        other => other,
     }
-    ReserveOutcome::parse(db.message())
+}
+
+/// A batch answers one row per change, in order.
+pub(super) fn one_row_each(rows: &[Row], changes: usize) -> Result<(), StoreError> {
+    if rows.len() == changes {
+        return Ok(());
+    }
+    Err(StoreError::UnexpectedOutcome(format!(
+        "{} answers for {changes} changes",
+        rows.len()
+    )))
+}
+
+/// What a batch row says Postgres raised for its change: None when nothing was; the refusal
+/// when `fg_merge` refused a +1 (SQLSTATE FG409, the reserve outcome as message); else the
+/// error.
+pub(super) fn raised(row: &Row) -> Option<Result<ReserveOutcome, StoreError>> {
+    let code: String = row.get::<_, Option<String>>("error_code")?;
+    let message: String = row.get("error_message");
+    Some(match ReserveOutcome::parse(&message) {
+        Some(refused) if code == "FG409" => Ok(refused),
+        _ => Err(StoreError::Refused { code, message }),
+    })
 }
 
 /// `fg_merge` raises SQLSTATE FG404 for a voucher that does not exist.

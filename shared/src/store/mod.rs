@@ -283,18 +283,7 @@ impl Store {
         &self,
         requests: &[(&Reserve, DateTime<Utc>)],
     ) -> Result<Vec<Result<Reservation, ReserveError>>, StoreError> {
-        match self.run_reserve_batch(requests, false).await {
-            // A refusal raised under lock (or another error) in one of them, so nothing was
-            // applied: again, each in a savepoint of its own, so that it fails alone.
-            Err(StoreError::Postgres(e)) if e.as_db_error().is_some() && requests.len() > 1 => {
-                self.run_reserve_batch(requests, true).await
-            }
-            Err(StoreError::Postgres(e)) if merge::refusal(&e).is_some() => {
-                let refused = merge::refusal(&e).and_then(ReserveError::refusal);
-                Ok(vec![Err(refused.expect("a refusal"))])
-            }
-            other => other,
-        }
+        merge::plain_then_isolated(|isolate| self.run_reserve_batch(requests, isolate)).await
     }
 
     async fn run_reserve_batch(
@@ -324,13 +313,7 @@ impl Store {
                 ],
             )
             .await?;
-        if rows.len() != requests.len() {
-            return Err(StoreError::UnexpectedOutcome(format!(
-                "{} answers for {} reserves",
-                rows.len(),
-                requests.len()
-            )));
-        }
+        merge::one_row_each(&rows, requests.len())?;
         Ok(requests
             .iter()
             .zip(&rows)
@@ -456,17 +439,12 @@ pub struct GateSource {
 
 /// One row of `fg_reserve_batch`: the reservation, or the refusal or error it came to.
 fn reserved(r: &Reserve, row: &tokio_postgres::Row) -> Result<Reservation, ReserveError> {
-    if let Some(code) = row.get::<_, Option<String>>("error_code") {
-        let message: String = row.get("error_message");
-        // A refusal fg_merge found under lock: SQLSTATE FG409, the outcome as message.
-        if let Some(refused) = (code == "FG409")
-            .then(|| ReserveOutcome::parse(&message))
-            .flatten()
-            .and_then(ReserveError::refusal)
-        {
-            return Err(refused);
-        }
-        return Err(StoreError::Refused { code, message }.into());
+    if let Some(raised) = merge::raised(row) {
+        // A refusal fg_merge found under lock, or an error.
+        return Err(match raised {
+            Ok(refused) => ReserveError::refused(refused),
+            Err(e) => e.into(),
+        });
     }
     let word: &str = row.get("outcome");
     let outcome = ReserveOutcome::parse(word)
