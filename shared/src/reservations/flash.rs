@@ -25,8 +25,8 @@ pub(super) struct Flash {
     events: Option<Arc<Events>>,
     warmup: Warmup,
     sold_out: SoldOut,
-    /// Mode A's winners written in batches (a long-running process only).
-    group_commit: Option<GroupCommit>,
+    /// Mode A's winners are written through it (in batches, in a long-running process).
+    writes: GroupCommit,
 }
 
 /// The codes this process saw sold out, until when. A std Mutex: held for one map access,
@@ -67,10 +67,10 @@ impl Flash {
         events: Option<Arc<Events>>,
         warmup: Warmup,
         sold_out_ttl: Duration,
-        group_commit: Option<GroupCommit>,
+        writes: GroupCommit,
     ) -> Flash {
         Flash {
-            group_commit,
+            writes,
             store,
             gate,
             events,
@@ -163,17 +163,10 @@ impl Flash {
                     .ok_or_else(|| StoreError::UnexpectedOutcome("expiry out of range".into()))?,
             });
         }
-        let merged = match &self.group_commit {
-            Some(group) => {
-                group
-                    .merge_reserved(&r.code, order, held, r.order_amount)
-                    .await
-            }
-            None => {
-                let merge = Merge::held(&r.code, order, held, r.order_amount, Status::Reserved);
-                self.store.merge(&merge).await
-            }
-        };
+        let merged = self
+            .writes
+            .merge_reserved(&r.code, order, held, r.order_amount)
+            .await;
         let merged = match merged {
             Ok(m) => m,
             Err(e) => {

@@ -51,13 +51,14 @@ fn stopped() -> StoreError {
 }
 
 impl GroupCommit {
-    pub(super) fn new(store: Store, max: usize, writers: usize) -> Option<GroupCommit> {
-        (max > 1).then(|| GroupCommit {
+    /// `max` 1 or less: every request is written on its own, at once.
+    pub(super) fn new(store: Store, max: usize, writers: usize) -> GroupCommit {
+        GroupCommit {
             store,
             max: max.min(MERGE_BATCH_MAX),
             writers: writers.max(1),
             queue: Arc::default(),
-        })
+        }
     }
 
     /// A standard reserve, with the next batch.
@@ -66,6 +67,9 @@ impl GroupCommit {
         request: &Reserve,
         now: DateTime<Utc>,
     ) -> Result<Reservation, ReserveError> {
+        if self.max <= 1 {
+            return self.store.reserve(request, now).await;
+        }
         let (answer, answered) = oneshot::channel();
         let job = Job::Reserve {
             request: request.clone(),
@@ -84,6 +88,10 @@ impl GroupCommit {
         held: Held,
         order_amount: i64,
     ) -> Result<Merged, StoreError> {
+        if self.max <= 1 {
+            let merge = Merge::held(code, order_id, held, order_amount, Status::Reserved);
+            return self.store.merge(&merge).await;
+        }
         let (answer, answered) = oneshot::channel();
         let job = Job::Winner {
             code: code.clone(),

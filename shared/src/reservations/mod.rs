@@ -49,8 +49,8 @@ pub struct Options {
 #[derive(Clone)]
 pub struct Reservations {
     store: Store,
-    /// Standard reserves written in batches (a long-running process only).
-    group_commit: Option<GroupCommit>,
+    /// Standard reserves are written through it (in batches, in a long-running process).
+    writes: GroupCommit,
     flash: Flash,
     warmup: Warmup,
     /// A voucher's kind never changes after creation, so only a process's first request for a
@@ -72,7 +72,7 @@ impl Reservations {
             events.clone(),
             options.warmup_lead,
         );
-        let group_commit = GroupCommit::new(
+        let writes = GroupCommit::new(
             store.clone(),
             options.group_commit_max,
             options.group_commit_writers,
@@ -84,9 +84,9 @@ impl Reservations {
                 events,
                 warmup.clone(),
                 options.sold_out_ttl,
-                group_commit.clone(),
+                writes.clone(),
             ),
-            group_commit,
+            writes,
             store,
             warmup,
             kinds: Arc::default(),
@@ -141,10 +141,7 @@ impl Reservations {
         let now = domain::millis(Utc::now());
         match self.kind(&r.code).await? {
             None => Err(ReserveError::VoucherNotFound),
-            Some(kind) if !kind.flash_sale => match &self.group_commit {
-                Some(group) => group.reserve(r, now).await,
-                None => self.store.reserve(r, now).await,
-            },
+            Some(kind) if !kind.flash_sale => self.writes.reserve(r, now).await,
             Some(kind) => self.flash.reserve(r, kind, now).await,
         }
     }
