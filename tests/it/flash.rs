@@ -546,3 +546,52 @@ async fn warm_up_loads_what_postgres_has_left_never_the_total() {
     assert_eq!(app.counts("NOW").await.used_count, 10);
     assert_eq!(app.gate_remaining("NOW").await, Some(0));
 }
+
+/// The reconciler repairs `remaining` only with nothing pending, checked in the same atomic
+/// step: an order the gate granted after the reconciler counted what was in flight (its event
+/// still on the queue) makes the gate look one short, and raising it would hand that use out
+/// twice.
+#[tokio::test]
+async fn the_repair_never_raises_the_gate_while_an_order_is_pending() {
+    let app = TestApp::spawn_mode(true).await;
+    app.voucher("RACE", 5, json!({})).await;
+    assert_eq!(
+        app.gate_remaining("RACE").await,
+        Some(5),
+        "loaded at creation"
+    );
+    let code = harness::voucher_code("RACE");
+    let gate = app.app.gate();
+    let now = Utc::now().timestamp_millis();
+    let reply = gate.reserve(&code, 1, "flying", 10, now).await.unwrap();
+    assert_eq!(reply.outcome, ReserveOutcome::Reserved);
+    // What a reconciler that counted nothing in flight would do: 4 -> 5.
+    assert!(!gate.repair_remaining(&code, 4, 5).await.unwrap());
+    assert_eq!(app.gate_remaining("RACE").await, Some(4));
+    // With nothing pending (its row landed and the mark was cleared), the repair goes through.
+    gate.settled(&code, "flying").await.unwrap();
+    assert!(gate.repair_remaining(&code, 4, 5).await.unwrap());
+    assert_eq!(app.gate_remaining("RACE").await, Some(5));
+}
+
+/// A loader that outlived its lock's TTL must not release the lock another caller took since.
+#[tokio::test]
+async fn a_late_loader_leaves_another_callers_lock_alone() {
+    let app = TestApp::spawn().await;
+    let code = harness::voucher_code("LOCKED");
+    let gate = app.app.gate();
+    let ttl = Duration::from_millis(100);
+    assert!(gate.try_lock_loading(&code, "first", ttl).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(250)).await; // past the TTL on purpose
+    assert!(gate
+        .try_lock_loading(&code, "second", ttl * 50)
+        .await
+        .unwrap());
+    assert!(
+        !gate.unlock_loading(&code, "first").await.unwrap(),
+        "the first loader's lock is gone; the second's stays"
+    );
+    assert!(!gate.try_lock_loading(&code, "third", ttl).await.unwrap());
+    assert!(gate.unlock_loading(&code, "second").await.unwrap());
+    assert!(gate.try_lock_loading(&code, "third", ttl).await.unwrap());
+}
