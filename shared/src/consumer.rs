@@ -105,6 +105,7 @@ impl Consumer {
                 Ok(event) => {
                     let code = VoucherCode::parse(&event.code).expect("checked");
                     events.push((i, code, event));
+                    // Replaced by the event's answer below; stands only if the merge panics.
                     answers.push(Err(ConsumeError::Panicked));
                 }
                 Err(e) => answers.push(Err(e)),
