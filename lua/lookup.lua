@@ -1,18 +1,20 @@
 -- Flashgate gate: read an order's entry and a customer's active uses, writing nothing. Runs
 -- after entry.lua, so Rust never parses the entry's text.
 --
--- KEYS[1] orders  KEYS[2] users   (see reserve.lua)
+-- KEYS[1] orders  KEYS[2] users  KEYS[3] meta   (see reserve.lua)
 -- ARGV[1] orderId  ARGV[2] customerId ('' when only the order is wanted)
 --
--- Returns {state, customer, reservedMs, expiresMs, discount, orderAmount, uses}: state is 'A'
--- (holds a use), 'R' (tombstone) or '' (no entry, the other fields then '' or '0'); uses is the
--- customer's active uses in the gate.
+-- Returns {state, customer, reservedMs, expiresMs, discount, orderAmount, uses, perUser}: state
+-- is 'A' (holds a use), 'R' (tombstone) or '' (no entry, the other fields then '' or '0'); uses
+-- is the customer's active uses in the gate, perUser the voucher's per-user limit ('' when the
+-- voucher is not loaded).
 local uses = '0'
 if ARGV[2] ~= '' then
   uses = redis.call('HGET', KEYS[2], ARGV[2]) or '0'
 end
+local per_user = redis.call('HGET', KEYS[3], 'per_user') or ''
 local e = entry_parse(redis.call('HGET', KEYS[1], ARGV[1]))
 if not e then
-  return {'', '', '0', '0', '0', '0', uses}
+  return {'', '', '0', '0', '0', '0', uses, per_user}
 end
-return {e.state, e.customer, e.reserved, e.expires, e.discount, e.amount, uses}
+return {e.state, e.customer, e.reserved, e.expires, e.discount, e.amount, uses, per_user}

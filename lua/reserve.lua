@@ -1,6 +1,7 @@
--- Flashgate gate: reserve one use of a flash-sale voucher, atomically. Runs after entry.lua.
+-- Flashgate gate: reserve one use of a flash-sale voucher, atomically. Runs after entry.lua and
+-- rules.lua.
 --
--- KEYS[1] voucher:{CODE}:meta       hash: discount, min_order, starts_ms, ends_ms, per_user, ttl_ms
+-- KEYS[1] voucher:{CODE}:meta       hash: the voucher's rules (rules.lua)
 -- KEYS[2] voucher:{CODE}:remaining  string: uses left
 -- KEYS[3] voucher:{CODE}:users      hash: customerId -> active uses
 -- KEYS[4] voucher:{CODE}:orders     hash: orderId -> order entry (entry.lua)
@@ -10,11 +11,12 @@
 -- Returns {outcome, customerId, reservedMs, expiresMs, discount} as strings. Outcomes are the
 -- service's reserve vocabulary (the same words as fg_reserve and the HTTP errors):
 -- RESERVED, REPLAY (same customer, active), ORDER_CONFLICT, RESERVATION_RELEASED (tombstone),
--- NOT_LOADED, NOT_STARTED, EXPIRED, MIN_ORDER_AMOUNT, ALREADY_USED, OUT_OF_STOCK.
+-- NOT_LOADED, and rules.lua's refusals.
 -- The clock is an argument so that every caller, and every test, decides with the same time.
 local customer, order = ARGV[1], ARGV[2]
 local amount, now = tonumber(ARGV[3]), tonumber(ARGV[4])
 
+-- A retry answers from its entry, whatever the rules are now.
 local e = entry_parse(redis.call('HGET', KEYS[4], order))
 if e then
   if e.customer ~= '' and e.customer ~= customer then
@@ -26,25 +28,20 @@ if e then
   return {'REPLAY', e.customer, e.reserved, e.expires, e.discount}
 end
 
-local meta = redis.call('HMGET', KEYS[1],
-  'discount', 'min_order', 'starts_ms', 'ends_ms', 'per_user', 'ttl_ms')
+local r = rules_read(KEYS[1])
 local remaining = redis.call('GET', KEYS[2])
-if not meta[1] or not remaining then
+if not r or not remaining then
   return {'NOT_LOADED', '', '0', '0', '0'}
 end
-local function refuse(outcome) return {outcome, '', '0', '0', '0'} end
-if now < tonumber(meta[3]) then return refuse('NOT_STARTED') end
-if now >= tonumber(meta[4]) then return refuse('EXPIRED') end
-if amount < tonumber(meta[2]) then return refuse('MIN_ORDER_AMOUNT') end
--- Per-user before stock, as Postgres decides, so both layers refuse alike.
-if tonumber(redis.call('HGET', KEYS[3], customer) or '0') >= tonumber(meta[5]) then
-  return refuse('ALREADY_USED')
+local uses = tonumber(redis.call('HGET', KEYS[3], customer) or '0')
+local refusal = rules_refusal(r, tonumber(remaining), uses, amount, now)
+if refusal then
+  return {refusal, '', '0', '0', '0'}
 end
-if tonumber(remaining) <= 0 then return refuse('OUT_OF_STOCK') end
 
 local held = {customer = customer, reserved = ARGV[4],
-              expires = string.format('%.0f', now + tonumber(meta[6])),
-              discount = meta[1], amount = ARGV[3]}
+              expires = string.format('%.0f', now + r.ttl),
+              discount = rules_discount(r, amount), amount = ARGV[3]}
 redis.call('DECR', KEYS[2])
 redis.call('HINCRBY', KEYS[3], customer, 1)
 redis.call('HSET', KEYS[4], order, entry_format('A', held))

@@ -161,26 +161,32 @@ pub enum ReserveOutcome {
     VoucherNotFound,
     /// The gate does not hold this voucher yet (gate only).
     NotLoaded,
+    /// The voucher is paused.
+    Inactive,
     NotStarted,
     Expired,
     MinOrderAmount,
     AlreadyUsed,
     OutOfStock,
+    /// A validation found that a reserve now would be granted (nothing was taken).
+    Eligible,
 }
 
 impl ReserveOutcome {
-    const ALL: [ReserveOutcome; 11] = [
+    const ALL: [ReserveOutcome; 13] = [
         ReserveOutcome::Reserved,
         ReserveOutcome::Replay,
         ReserveOutcome::OrderConflict,
         ReserveOutcome::ReservationReleased,
         ReserveOutcome::VoucherNotFound,
         ReserveOutcome::NotLoaded,
+        ReserveOutcome::Inactive,
         ReserveOutcome::NotStarted,
         ReserveOutcome::Expired,
         ReserveOutcome::MinOrderAmount,
         ReserveOutcome::AlreadyUsed,
         ReserveOutcome::OutOfStock,
+        ReserveOutcome::Eligible,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -191,11 +197,13 @@ impl ReserveOutcome {
             ReserveOutcome::ReservationReleased => "RESERVATION_RELEASED",
             ReserveOutcome::VoucherNotFound => "VOUCHER_NOT_FOUND",
             ReserveOutcome::NotLoaded => "NOT_LOADED",
+            ReserveOutcome::Inactive => "INACTIVE",
             ReserveOutcome::NotStarted => "NOT_STARTED",
             ReserveOutcome::Expired => "EXPIRED",
             ReserveOutcome::MinOrderAmount => "MIN_ORDER_AMOUNT",
             ReserveOutcome::AlreadyUsed => "ALREADY_USED",
             ReserveOutcome::OutOfStock => "OUT_OF_STOCK",
+            ReserveOutcome::Eligible => "ELIGIBLE",
         }
     }
 
@@ -247,12 +255,30 @@ mod rfc3339_ms {
     }
 }
 
+mod rfc3339_ms_or_null {
+    use chrono::{DateTime, Utc};
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&super::rfc3339(*t)),
+            None => s.serialize_none(),
+        }
+    }
+}
+
 /// `POST /vouchers` body, as received.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateVoucherRequest {
     pub code: String,
-    pub discount_amount: i64,
+    /// A fixed discount; or `discount_percent` (with an optional `max_discount_amount`).
+    #[serde(default)]
+    pub discount_amount: Option<i64>,
+    #[serde(default)]
+    pub discount_percent: Option<i64>,
+    #[serde(default)]
+    pub max_discount_amount: Option<i64>,
     #[serde(default)]
     pub min_order_amount: i64,
     pub total_limit: i64,
@@ -262,6 +288,8 @@ pub struct CreateVoucherRequest {
     pub ends_at: DateTime<Utc>,
     #[serde(default)]
     pub flash_sale: bool,
+    #[serde(default = "yes")]
+    pub active: bool,
     #[serde(default = "default_ttl")]
     pub reservation_ttl_seconds: i64,
     /// Counter slots the limit is split into; chosen from the limit when absent.
@@ -273,20 +301,112 @@ fn one() -> i64 {
     1
 }
 
+fn yes() -> bool {
+    true
+}
+
 fn default_ttl() -> i64 {
     DEFAULT_TTL_SECONDS
+}
+
+/// How a voucher discounts an order. The amount a reservation gets is computed where the use is
+/// granted (`fg_discount` in SQL, `lua/rules.lua` in the gate), fixed then and stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discount {
+    /// This many minor units off.
+    Fixed(i64),
+    /// `floor(orderAmount * percent / 100)`, at most `cap`.
+    Percent { percent: i16, cap: Option<i64> },
+}
+
+impl Discount {
+    /// The body's discount fields: exactly one of `discountAmount` or `discountPercent`, and
+    /// `maxDiscountAmount` only with a percentage.
+    fn parse(
+        amount: Option<i64>,
+        percent: Option<i64>,
+        cap: Option<i64>,
+    ) -> Result<Discount, Invalid> {
+        let cap = cap
+            .map(|c| self::amount("maxDiscountAmount", c))
+            .transpose()?;
+        match (amount, percent) {
+            (Some(_), Some(_)) => Err(Invalid::new(
+                "discountPercent",
+                "give either discountAmount or discountPercent, not both",
+            )),
+            (None, None) => Err(Invalid::new(
+                "discountAmount",
+                "one of discountAmount or discountPercent is required",
+            )),
+            (Some(_), None) if cap.is_some() => Err(Invalid::new(
+                "maxDiscountAmount",
+                "applies only to a discountPercent voucher",
+            )),
+            (Some(a), None) => Ok(Discount::Fixed(self::amount("discountAmount", a)?)),
+            (None, Some(p)) => Ok(Discount::Percent {
+                percent: percent_of(p)?,
+                cap,
+            }),
+        }
+    }
+
+    /// (discount_amount, discount_percent, max_discount_amount) as stored and shown.
+    pub fn columns(self) -> (Option<i64>, Option<i16>, Option<i64>) {
+        match self {
+            Discount::Fixed(a) => (Some(a), None, None),
+            Discount::Percent { percent, cap } => (None, Some(percent), cap),
+        }
+    }
+
+    /// From the stored columns (the table's CHECK allows only these shapes).
+    pub fn from_columns(amount: Option<i64>, percent: Option<i16>, cap: Option<i64>) -> Discount {
+        match (amount, percent) {
+            (_, Some(percent)) => Discount::Percent { percent, cap },
+            (amount, None) => Discount::Fixed(amount.unwrap_or(0)),
+        }
+    }
+}
+
+fn percent_of(p: i64) -> Result<i16, Invalid> {
+    if !(1..=100).contains(&p) {
+        return Err(Invalid::new(
+            "discountPercent",
+            "must be an integer from 1 to 100",
+        ));
+    }
+    Ok(p as i16)
+}
+
+fn in_range(field: &'static str, v: i64, lo: i64, hi: i64) -> Result<i32, Invalid> {
+    if (lo..=hi).contains(&v) {
+        Ok(v as i32)
+    } else {
+        Err(Invalid::new(
+            field,
+            format!("must be an integer from {lo} to {hi}"),
+        ))
+    }
+}
+
+/// What a voucher's rules are; everything here but the code, the TTL, the slots and the kind
+/// can be changed later with [`VoucherPatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoucherRules {
+    pub discount: Discount,
+    pub min_order_amount: i64,
+    pub total_limit: i32,
+    pub per_user_limit: i32,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+    pub active: bool,
 }
 
 /// A voucher that passed every rule; only this can be stored.
 #[derive(Debug, Clone)]
 pub struct NewVoucher {
     pub code: VoucherCode,
-    pub discount_amount: i64,
-    pub min_order_amount: i64,
-    pub total_limit: i32,
-    pub per_user_limit: i32,
-    pub starts_at: DateTime<Utc>,
-    pub ends_at: DateTime<Utc>,
+    pub rules: VoucherRules,
     pub flash_sale: bool,
     pub reservation_ttl_seconds: i32,
     pub counter_slots: i16,
@@ -296,16 +416,9 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
     type Error = Invalid;
 
     fn try_from(r: CreateVoucherRequest) -> Result<Self, Invalid> {
-        let in_range = |field, v: i64, lo: i64, hi: i64| {
-            if (lo..=hi).contains(&v) {
-                Ok(v as i32)
-            } else {
-                Err(Invalid::new(
-                    field,
-                    format!("must be an integer from {lo} to {hi}"),
-                ))
-            }
-        };
+        let code = VoucherCode::parse(&r.code)?;
+        let discount =
+            Discount::parse(r.discount_amount, r.discount_percent, r.max_discount_amount)?;
         if r.ends_at <= r.starts_at {
             return Err(Invalid::new("endsAt", "must be after startsAt"));
         }
@@ -321,13 +434,16 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
             )?),
         };
         Ok(NewVoucher {
-            code: VoucherCode::parse(&r.code)?,
-            discount_amount: amount("discountAmount", r.discount_amount)?,
-            min_order_amount: amount("minOrderAmount", r.min_order_amount)?,
-            total_limit,
-            per_user_limit: in_range("perUserLimit", r.per_user_limit, 1, i32::MAX as i64)?,
-            starts_at: millis(r.starts_at),
-            ends_at: millis(r.ends_at),
+            code,
+            rules: VoucherRules {
+                discount,
+                min_order_amount: amount("minOrderAmount", r.min_order_amount)?,
+                total_limit,
+                per_user_limit: in_range("perUserLimit", r.per_user_limit, 1, i32::MAX as i64)?,
+                starts_at: millis(r.starts_at),
+                ends_at: millis(r.ends_at),
+                active: r.active,
+            },
             flash_sale: r.flash_sale,
             reservation_ttl_seconds: in_range(
                 "reservationTtlSeconds",
@@ -340,12 +456,169 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
     }
 }
 
-/// `GET /vouchers/{code}` and the 201 of `POST /vouchers`.
+/// `PATCH /vouchers/{code}` body, as received: every field optional, none may be `null` but
+/// `maxDiscountAmount`, where `null` removes the cap (hence the double Option: absent, null, a
+/// value).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PatchVoucherRequest {
+    #[serde(default, deserialize_with = "not_null")]
+    pub total_limit: Option<i64>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub per_user_limit: Option<i64>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub starts_at: Option<DateTime<Utc>>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub ends_at: Option<DateTime<Utc>>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub active: Option<bool>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub discount_amount: Option<i64>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub discount_percent: Option<i64>,
+    #[serde(default, deserialize_with = "present")]
+    pub max_discount_amount: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub min_order_amount: Option<i64>,
+}
+
+/// A field that is present must hold a value (absent is `None`; `null` is refused).
+fn not_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// A field that is present, even as `null`, is `Some`.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// A change to a voucher whose every field passed its own rule; [`VoucherPatch::apply`] checks
+/// the rules between fields against the voucher's current ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VoucherPatch {
+    pub total_limit: Option<i32>,
+    pub per_user_limit: Option<i32>,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub active: Option<bool>,
+    pub discount_amount: Option<i64>,
+    pub discount_percent: Option<i16>,
+    pub max_discount_amount: Option<Option<i64>>,
+    pub min_order_amount: Option<i64>,
+}
+
+impl TryFrom<PatchVoucherRequest> for VoucherPatch {
+    type Error = Invalid;
+
+    fn try_from(r: PatchVoucherRequest) -> Result<Self, Invalid> {
+        if r.discount_amount.is_some() && r.discount_percent.is_some() {
+            return Err(Invalid::new(
+                "discountPercent",
+                "give either discountAmount or discountPercent, not both",
+            ));
+        }
+        Ok(VoucherPatch {
+            total_limit: r
+                .total_limit
+                .map(|v| in_range("totalLimit", v, 1, MAX_TOTAL_LIMIT))
+                .transpose()?,
+            per_user_limit: r
+                .per_user_limit
+                .map(|v| in_range("perUserLimit", v, 1, i32::MAX as i64))
+                .transpose()?,
+            starts_at: r.starts_at.map(millis),
+            ends_at: r.ends_at.map(millis),
+            active: r.active,
+            discount_amount: r
+                .discount_amount
+                .map(|a| amount("discountAmount", a))
+                .transpose()?,
+            discount_percent: r.discount_percent.map(percent_of).transpose()?,
+            max_discount_amount: r
+                .max_discount_amount
+                .map(|cap| cap.map(|c| amount("maxDiscountAmount", c)).transpose())
+                .transpose()?,
+            min_order_amount: r
+                .min_order_amount
+                .map(|a| amount("minOrderAmount", a))
+                .transpose()?,
+        })
+    }
+}
+
+impl VoucherPatch {
+    /// The voucher's rules after this change.
+    pub fn apply(&self, current: &VoucherRules) -> Result<VoucherRules, Invalid> {
+        let current_cap = match current.discount {
+            Discount::Percent { cap, .. } => cap,
+            Discount::Fixed(_) => None,
+        };
+        let discount = match (
+            self.discount_amount,
+            self.discount_percent,
+            current.discount,
+        ) {
+            (Some(a), _, _) => Discount::Fixed(a),
+            (None, Some(percent), _) => Discount::Percent {
+                percent,
+                cap: self.max_discount_amount.unwrap_or(current_cap),
+            },
+            (None, None, Discount::Percent { percent, cap }) => Discount::Percent {
+                percent,
+                cap: self.max_discount_amount.unwrap_or(cap),
+            },
+            (None, None, fixed @ Discount::Fixed(_)) => fixed,
+        };
+        if matches!(discount, Discount::Fixed(_))
+            && matches!(self.max_discount_amount, Some(Some(_)))
+        {
+            return Err(Invalid::new(
+                "maxDiscountAmount",
+                "applies only to a discountPercent voucher",
+            ));
+        }
+        let next = VoucherRules {
+            discount,
+            min_order_amount: self.min_order_amount.unwrap_or(current.min_order_amount),
+            total_limit: self.total_limit.unwrap_or(current.total_limit),
+            per_user_limit: self.per_user_limit.unwrap_or(current.per_user_limit),
+            starts_at: self.starts_at.unwrap_or(current.starts_at),
+            ends_at: self.ends_at.unwrap_or(current.ends_at),
+            active: self.active.unwrap_or(current.active),
+        };
+        if next.ends_at <= next.starts_at {
+            let field = if self.ends_at.is_some() {
+                "endsAt"
+            } else {
+                "startsAt"
+            };
+            return Err(Invalid::new(field, "endsAt must be after startsAt"));
+        }
+        Ok(next)
+    }
+}
+
+/// `GET /vouchers/{code}`, the 201 of `POST /vouchers`, the 200 of `PATCH` and each item of
+/// `GET /vouchers`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VoucherView {
     pub code: String,
-    pub discount_amount: i64,
+    /// A fixed discount; absent for a percentage voucher.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discount_amount: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discount_percent: Option<i16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_discount_amount: Option<i64>,
     pub min_order_amount: i64,
     pub total_limit: i64,
     pub per_user_limit: i64,
@@ -354,6 +627,8 @@ pub struct VoucherView {
     #[serde(with = "rfc3339_ms")]
     pub ends_at: DateTime<Utc>,
     pub flash_sale: bool,
+    /// false: paused, reserves are refused.
+    pub active: bool,
     pub reservation_ttl_seconds: i64,
     /// Counter slots the limit is split into in Postgres.
     pub counter_slots: i64,
@@ -364,6 +639,21 @@ pub struct VoucherView {
     pub confirmed_count: i64,
     /// Uses a gate granted that Postgres refused (only after the gate lost data; mode B).
     pub revoked_count: i64,
+}
+
+/// A page of a listing: `next` is the cursor of the page after it (None: the last page).
+#[derive(Debug, Clone, Serialize)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}
+
+/// The 200 of `POST /vouchers/{code}/validations`: a reserve now would be granted this discount.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Eligibility {
+    pub eligible: bool,
+    pub discount_amount: i64,
 }
 
 /// A use as it is held: everything a 201 needs, so any layer (gate, event, Postgres) answers a
@@ -379,12 +669,247 @@ pub struct Held {
 /// The voucher's rules a gate needs to decide without Postgres (its `meta` hash).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GateMeta {
-    pub discount: i64,
+    pub discount: Discount,
     pub min_order: i64,
     pub starts_ms: i64,
     pub ends_ms: i64,
     pub per_user: i64,
     pub ttl_ms: i64,
+    pub active: bool,
+    /// The voucher's version these rules were read at.
+    pub version: i64,
+}
+
+impl GateMeta {
+    /// The gate's copy of a voucher's `rules` at `version`.
+    pub fn of(rules: &VoucherRules, ttl_seconds: i32, version: i64) -> GateMeta {
+        GateMeta {
+            discount: rules.discount,
+            min_order: rules.min_order_amount,
+            starts_ms: rules.starts_at.timestamp_millis(),
+            ends_ms: rules.ends_at.timestamp_millis(),
+            per_user: rules.per_user_limit.into(),
+            ttl_ms: i64::from(ttl_seconds) * 1000,
+            active: rules.active,
+            version,
+        }
+    }
+
+    /// The `meta` hash's fields as written to Redis: the one place they are named (lua/rules.lua
+    /// reads them).
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        let (amount, percent, cap) = self.discount.columns();
+        let text = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
+        vec![
+            ("discount", text(amount)),
+            ("percent", text(percent.map(i64::from))),
+            ("max_discount", text(cap)),
+            ("min_order", self.min_order.to_string()),
+            ("starts_ms", self.starts_ms.to_string()),
+            ("ends_ms", self.ends_ms.to_string()),
+            ("per_user", self.per_user.to_string()),
+            ("ttl_ms", self.ttl_ms.to_string()),
+            ("active", if self.active { "1" } else { "0" }.to_owned()),
+            ("version", self.version.to_string()),
+        ]
+    }
+
+    /// Rules that refuse whatever either `self` or `other` refuses (the discount and version are
+    /// `self`'s): what the gate holds while a change is on its way to Postgres, so that no
+    /// reserve is granted that the old or the new rules would refuse.
+    pub fn stricter(&self, other: &GateMeta) -> GateMeta {
+        GateMeta {
+            min_order: self.min_order.max(other.min_order),
+            starts_ms: self.starts_ms.max(other.starts_ms),
+            ends_ms: self.ends_ms.min(other.ends_ms),
+            per_user: self.per_user.min(other.per_user),
+            active: self.active && other.active,
+            ..self.clone()
+        }
+    }
+}
+
+/// `POST /vouchers/{code}/validations` body, as received.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidateRequest {
+    pub customer_id: i64,
+    pub order_amount: i64,
+}
+
+/// A validation that passed every rule: would this customer's order get the voucher now?
+#[derive(Debug, Clone)]
+pub struct Validate {
+    pub code: VoucherCode,
+    pub customer_id: i64,
+    pub order_amount: i64,
+}
+
+impl Validate {
+    pub fn parse(code: VoucherCode, r: ValidateRequest) -> Result<Self, Invalid> {
+        Ok(Validate {
+            code,
+            customer_id: customer_id("customerId", r.customer_id)?,
+            order_amount: amount("orderAmount", r.order_amount)?,
+        })
+    }
+}
+
+/// Most items a listing page holds, and how many when `limit` is absent.
+pub const MAX_PAGE: i64 = 100;
+pub const DEFAULT_PAGE: i64 = 50;
+
+/// A listing's position: the key of the last item of the page before, as an opaque URL-safe
+/// string (a cursor of one listing is refused by another).
+fn cursor_encode(kind: &str, key: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{kind}:{key}"))
+}
+
+fn cursor_decode(kind: &str, cursor: &str) -> Result<String, Invalid> {
+    use base64::Engine;
+    let bad = || {
+        Invalid::new(
+            "after",
+            "not a cursor of this listing: pass a page's `next`",
+        )
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .map_err(|_| bad())?;
+    let text = String::from_utf8(bytes).map_err(|_| bad())?;
+    text.strip_prefix(kind)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .map(str::to_owned)
+        .ok_or_else(bad)
+}
+
+fn page_limit(raw: Option<&str>) -> Result<i64, Invalid> {
+    let Some(raw) = raw else {
+        return Ok(DEFAULT_PAGE);
+    };
+    raw.parse::<i64>()
+        .ok()
+        .filter(|n| (1..=MAX_PAGE).contains(n))
+        .ok_or_else(|| Invalid::new("limit", format!("must be an integer from 1 to {MAX_PAGE}")))
+}
+
+/// `GET /vouchers` query, as received.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoucherListQuery {
+    pub limit: Option<String>,
+    pub after: Option<String>,
+}
+
+/// A page of the voucher listing, in code order.
+#[derive(Debug, Clone)]
+pub struct VoucherList {
+    pub after: Option<VoucherCode>,
+    pub limit: i64,
+}
+
+impl VoucherList {
+    pub fn parse(q: VoucherListQuery) -> Result<Self, Invalid> {
+        let after = match q.after.as_deref() {
+            None => None,
+            Some(cursor) => Some(
+                VoucherCode::parse(&cursor_decode("v", cursor)?)
+                    .map_err(|_| Invalid::new("after", "not a cursor of this listing"))?,
+            ),
+        };
+        Ok(VoucherList {
+            after,
+            limit: page_limit(q.limit.as_deref())?,
+        })
+    }
+
+    /// The `next` of a page whose last item is `code`.
+    pub fn cursor(code: &str) -> String {
+        cursor_encode("v", code)
+    }
+}
+
+/// `GET /vouchers/{code}/reservations` query, as received.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReservationListQuery {
+    pub status: Option<String>,
+    pub customer_id: Option<String>,
+    pub limit: Option<String>,
+    pub after: Option<String>,
+}
+
+/// A page of a voucher's reservations, in orderId order, optionally of one status or customer.
+#[derive(Debug, Clone)]
+pub struct ReservationList {
+    pub code: VoucherCode,
+    pub status: Option<Status>,
+    pub customer_id: Option<i64>,
+    pub after: Option<OrderId>,
+    pub limit: i64,
+}
+
+impl ReservationList {
+    pub fn parse(code: VoucherCode, q: ReservationListQuery) -> Result<Self, Invalid> {
+        let status = match q.status.as_deref() {
+            None => None,
+            Some("RESERVED") => Some(Status::Reserved),
+            Some("CONFIRMED") => Some(Status::Confirmed),
+            Some("RELEASED") => Some(Status::Released),
+            Some(_) => {
+                return Err(Invalid::new(
+                    "status",
+                    "must be RESERVED, CONFIRMED or RELEASED",
+                ))
+            }
+        };
+        let customer_id = match q.customer_id.as_deref() {
+            None => None,
+            Some(raw) => Some(raw.parse::<i64>().ok().filter(|c| *c >= 1).ok_or_else(|| {
+                Invalid::new("customerId", "must be an integer from 1 to 2^63-1")
+            })?),
+        };
+        let after = match q.after.as_deref() {
+            None => None,
+            Some(cursor) => Some(
+                OrderId::parse(&cursor_decode("o", cursor)?)
+                    .map_err(|_| Invalid::new("after", "not a cursor of this listing"))?,
+            ),
+        };
+        Ok(ReservationList {
+            code,
+            status,
+            customer_id,
+            after,
+            limit: page_limit(q.limit.as_deref())?,
+        })
+    }
+
+    /// The `next` of a page whose last item is `order_id`.
+    pub fn cursor(order_id: &str) -> String {
+        cursor_encode("o", order_id)
+    }
+}
+
+/// An item of `GET /vouchers/{code}/reservations`: everything stored about a reservation.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationItem {
+    pub order_id: String,
+    pub customer_id: i64,
+    pub status: Status,
+    pub discount_amount: i64,
+    pub order_amount: i64,
+    #[serde(with = "rfc3339_ms")]
+    pub reserved_at: DateTime<Utc>,
+    #[serde(with = "rfc3339_ms")]
+    pub expires_at: DateTime<Utc>,
+    #[serde(with = "rfc3339_ms_or_null")]
+    pub confirmed_at: Option<DateTime<Utc>>,
+    #[serde(with = "rfc3339_ms_or_null")]
+    pub released_at: Option<DateTime<Utc>>,
+    pub release_reason: Option<String>,
 }
 
 /// `POST /vouchers/{code}/reservations` body, as received.
@@ -537,13 +1062,16 @@ mod tests {
     fn voucher_rules_name_the_field() {
         let base = || CreateVoucherRequest {
             code: "A".into(),
-            discount_amount: 1,
+            discount_amount: Some(1),
+            discount_percent: None,
+            max_discount_amount: None,
             min_order_amount: 0,
             total_limit: 10,
             per_user_limit: 1,
             starts_at: Utc::now(),
             ends_at: Utc::now() + chrono::Duration::hours(1),
             flash_sale: false,
+            active: true,
             reservation_ttl_seconds: 900,
             counter_slots: None,
         };
@@ -580,10 +1108,58 @@ mod tests {
         );
         assert_eq!(
             field(CreateVoucherRequest {
-                discount_amount: -1,
+                discount_amount: Some(-1),
                 ..base()
             }),
             "discountAmount"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                discount_amount: None,
+                ..base()
+            }),
+            "discountAmount",
+            "neither discount"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                discount_percent: Some(10),
+                ..base()
+            }),
+            "discountPercent",
+            "both discounts"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                max_discount_amount: Some(10),
+                ..base()
+            }),
+            "maxDiscountAmount",
+            "a cap on a fixed discount"
+        );
+        for bad in [0, 101] {
+            assert_eq!(
+                field(CreateVoucherRequest {
+                    discount_amount: None,
+                    discount_percent: Some(bad),
+                    ..base()
+                }),
+                "discountPercent"
+            );
+        }
+        let percent = NewVoucher::try_from(CreateVoucherRequest {
+            discount_amount: None,
+            discount_percent: Some(15),
+            max_discount_amount: Some(500),
+            ..base()
+        })
+        .unwrap();
+        assert_eq!(
+            percent.rules.discount,
+            Discount::Percent {
+                percent: 15,
+                cap: Some(500)
+            }
         );
         assert_eq!(
             field(CreateVoucherRequest {
@@ -607,5 +1183,159 @@ mod tests {
             }),
             "endsAt"
         );
+    }
+
+    fn rules() -> VoucherRules {
+        let starts_at = millis(Utc::now());
+        VoucherRules {
+            discount: Discount::Percent {
+                percent: 10,
+                cap: Some(50),
+            },
+            min_order_amount: 0,
+            total_limit: 100,
+            per_user_limit: 2,
+            starts_at,
+            ends_at: starts_at + chrono::Duration::hours(1),
+            active: true,
+        }
+    }
+
+    fn patch(json: &str) -> Result<VoucherRules, Invalid> {
+        let request: PatchVoucherRequest = serde_json::from_str(json).unwrap();
+        VoucherPatch::try_from(request)?.apply(&rules())
+    }
+
+    #[test]
+    fn a_patch_changes_only_what_it_names() {
+        assert_eq!(patch("{}").unwrap(), rules());
+        let next = patch(r#"{"totalLimit": 5, "active": false}"#).unwrap();
+        assert_eq!((next.total_limit, next.active), (5, false));
+        assert_eq!(next.discount, rules().discount);
+    }
+
+    #[test]
+    fn a_patch_switches_discounts_and_keeps_or_drops_the_cap() {
+        assert_eq!(
+            patch(r#"{"discountAmount": 7}"#).unwrap().discount,
+            Discount::Fixed(7)
+        );
+        assert_eq!(
+            patch(r#"{"discountPercent": 20}"#).unwrap().discount,
+            Discount::Percent {
+                percent: 20,
+                cap: Some(50)
+            },
+            "the cap stays"
+        );
+        assert_eq!(
+            patch(r#"{"maxDiscountAmount": null}"#).unwrap().discount,
+            Discount::Percent {
+                percent: 10,
+                cap: None
+            },
+            "null removes the cap"
+        );
+        assert_eq!(
+            patch(r#"{"discountAmount": 7, "maxDiscountAmount": 3}"#)
+                .unwrap_err()
+                .field,
+            "maxDiscountAmount"
+        );
+        assert_eq!(
+            patch(r#"{"discountAmount": 7, "discountPercent": 3}"#)
+                .unwrap_err()
+                .field,
+            "discountPercent"
+        );
+    }
+
+    #[test]
+    fn a_patch_keeps_the_window_ordered_and_names_the_field() {
+        let r = rules();
+        let at = |t: DateTime<Utc>| format!("\"{}\"", rfc3339(t));
+        assert_eq!(
+            patch(&format!(r#"{{"endsAt": {}}}"#, at(r.starts_at)))
+                .unwrap_err()
+                .field,
+            "endsAt"
+        );
+        assert_eq!(
+            patch(&format!(r#"{{"startsAt": {}}}"#, at(r.ends_at)))
+                .unwrap_err()
+                .field,
+            "startsAt"
+        );
+        for (json, field) in [
+            (r#"{"totalLimit": 0}"#, "totalLimit"),
+            (r#"{"perUserLimit": 0}"#, "perUserLimit"),
+            (r#"{"discountPercent": 101}"#, "discountPercent"),
+            (r#"{"maxDiscountAmount": -1}"#, "maxDiscountAmount"),
+            (r#"{"minOrderAmount": -1}"#, "minOrderAmount"),
+        ] {
+            assert_eq!(patch(json).unwrap_err().field, field, "{json}");
+        }
+    }
+
+    #[test]
+    fn the_gate_holds_the_stricter_rules_while_a_change_is_on_its_way() {
+        let meta = |per_user, active, min_order, starts_ms, ends_ms| GateMeta {
+            discount: Discount::Fixed(1),
+            min_order,
+            starts_ms,
+            ends_ms,
+            per_user,
+            ttl_ms: 1000,
+            active,
+            version: 1,
+        };
+        let old = meta(3, true, 100, 10, 50);
+        let new = GateMeta {
+            version: 2,
+            discount: Discount::Fixed(9),
+            ..meta(1, false, 50, 20, 60)
+        };
+        let strict = old.stricter(&new);
+        assert_eq!(
+            strict,
+            meta(1, false, 100, 20, 50),
+            "old discount and version"
+        );
+        assert_eq!(new.stricter(&old).per_user, 1);
+    }
+
+    #[test]
+    fn cursors_round_trip_and_refuse_another_listings() {
+        let next = ReservationList::cursor("order:1");
+        let q = |after: &str| ReservationListQuery {
+            after: Some(after.to_owned()),
+            ..Default::default()
+        };
+        let code = VoucherCode::parse("A").unwrap();
+        let list = ReservationList::parse(code.clone(), q(&next)).unwrap();
+        assert_eq!(list.after.unwrap().as_str(), "order:1");
+        assert_eq!(list.limit, DEFAULT_PAGE);
+        for bad in [VoucherList::cursor("A"), "!!".to_owned(), "b3Ih".to_owned()] {
+            assert_eq!(
+                ReservationList::parse(code.clone(), q(&bad))
+                    .unwrap_err()
+                    .field,
+                "after",
+                "{bad}"
+            );
+        }
+        for (limit, ok) in [
+            ("1", true),
+            ("100", true),
+            ("0", false),
+            ("101", false),
+            ("x", false),
+        ] {
+            let r = VoucherList::parse(VoucherListQuery {
+                limit: Some(limit.into()),
+                after: None,
+            });
+            assert_eq!(r.is_ok(), ok, "{limit}");
+        }
     }
 }

@@ -82,6 +82,8 @@ pub enum ReserveError {
     OrderConflict,
     #[error("this orderId's reservation was released; use a new orderId")]
     Released,
+    #[error("voucher is paused")]
+    Inactive,
     #[error("voucher sale has not started")]
     NotStarted,
     #[error("voucher sale has ended")]
@@ -100,11 +102,12 @@ pub enum ReserveError {
 
 impl ReserveError {
     /// The one mapping from a refusal word (gate or SQL) to the error it answers. None for the
-    /// outcomes that hold a use (RESERVED, REPLAY).
+    /// outcomes that are not refusals (RESERVED, REPLAY, ELIGIBLE).
     pub fn refusal(outcome: ReserveOutcome) -> Option<ReserveError> {
         use ReserveOutcome as O;
         Some(match outcome {
-            O::Reserved | O::Replay => return None,
+            O::Reserved | O::Replay | O::Eligible => return None,
+            O::Inactive => ReserveError::Inactive,
             O::OrderConflict => ReserveError::OrderConflict,
             O::ReservationReleased => ReserveError::Released,
             O::VoucherNotFound => ReserveError::VoucherNotFound,
@@ -140,6 +143,38 @@ impl From<WarmupError> for ReserveError {
             WarmupError::Events(e) => ReserveError::Events(e),
         }
     }
+}
+
+/// A validation answers as a reserve would at that moment (the same refusals, the same HTTP
+/// answers), so it shares the reserve's error type.
+pub type ValidateError = ReserveError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PatchVoucherError {
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    #[error("voucher {0} does not exist")]
+    NotFound(String),
+    #[error("totalLimit: {0}")]
+    LimitBelowUsed(String),
+    /// Another change, or a load into the gate, holds the voucher's gate lock.
+    #[error("another change to this voucher is in progress; retry shortly")]
+    Busy,
+    #[error("the database is unavailable")]
+    Unavailable(#[from] StoreError),
+    #[error("redis is unavailable")]
+    Gate(#[from] GateError),
+}
+
+/// Listing vouchers or a voucher's reservations.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    #[error("voucher does not exist")]
+    VoucherNotFound,
+    #[error("the database is unavailable")]
+    Unavailable(#[from] StoreError),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -365,7 +365,13 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
     // Suppose it is loaded anyway (an operator forcing it): the gate offers 50 uses that the
     // queued events already hold, and hands them out again.
     let code = voucher_code("LOST");
-    let source = app.app.store().gate_source(&code).await.unwrap().unwrap();
+    let source = app
+        .app
+        .store()
+        .gate_source(&code, true)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(source.remaining, 50);
     assert!(app
         .app

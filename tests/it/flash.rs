@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use shared::domain::{GateMeta, Held, ReserveOutcome, VoucherCode};
+use shared::domain::{Discount, GateMeta, Held, ReserveOutcome, VoucherCode};
 use shared::gate::{Gate, GateReply, Removal, Removed};
 
 use crate::harness::{self, cluster_url, error_of, redis_url, TestApp};
@@ -22,12 +22,14 @@ async fn every_script_outcome(gate: Gate) {
     .unwrap();
     let now = Utc::now().timestamp_millis();
     let meta = GateMeta {
-        discount: 500,
+        discount: Discount::Fixed(500),
         min_order: 100,
         starts_ms: now - 3_600_000,
         ends_ms: now + 3_600_000,
         per_user: 1,
         ttl_ms: 60_000,
+        active: true,
+        version: 1,
     };
     let reserve = |c: i64, o: &'static str, amount: i64, at: i64| {
         let (gate, code) = (&gate, &code);
@@ -169,9 +171,10 @@ async fn every_script_outcome(gate: Gate) {
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(0));
 
     // Pending until Postgres has the row.
-    let (entry, uses) = gate.lookup(&code, "o3", Some(2)).await.unwrap();
-    assert!(entry.is_some());
-    assert_eq!(uses, 0, "the uncount took customer 2's count back");
+    let seen = gate.lookup(&code, "o3", Some(2)).await.unwrap();
+    assert!(seen.entry.is_some());
+    assert_eq!(seen.uses, 0, "the uncount took customer 2's count back");
+    assert_eq!(seen.per_user, Some(1));
     gate.settled(&code, "o3").await.unwrap();
 }
 
@@ -566,11 +569,13 @@ async fn the_repair_never_raises_the_gate_while_an_order_is_pending() {
     let reply = gate.reserve(&code, 1, "flying", 10, now).await.unwrap();
     assert_eq!(reply.outcome, ReserveOutcome::Reserved);
     // What a reconciler that counted nothing in flight would do: 4 -> 5.
-    assert!(!gate.repair_remaining(&code, 4, 5).await.unwrap());
+    assert!(!gate.repair_remaining(&code, 4, 5, 1).await.unwrap());
     assert_eq!(app.gate_remaining("RACE").await, Some(4));
-    // With nothing pending (its row landed and the mark was cleared), the repair goes through.
     gate.settled(&code, "flying").await.unwrap();
-    assert!(gate.repair_remaining(&code, 4, 5).await.unwrap());
+    // Nor when the voucher changed since the figure was computed.
+    assert!(!gate.repair_remaining(&code, 4, 5, 0).await.unwrap());
+    // With nothing pending (its row landed and the mark was cleared), the repair goes through.
+    assert!(gate.repair_remaining(&code, 4, 5, 1).await.unwrap());
     assert_eq!(app.gate_remaining("RACE").await, Some(5));
 }
 

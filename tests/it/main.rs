@@ -10,5 +10,6 @@ mod events;
 mod flash;
 mod lambda;
 mod lattice;
+mod lifecycle;
 mod slots;
 mod sweeper;

@@ -29,7 +29,9 @@ use clap::Parser;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use hdrhistogram::Histogram;
 use loadtest::Scratch;
-use shared::domain::{counter_slots_for, NewVoucher, OrderId, Reserve, VoucherCode};
+use shared::domain::{
+    counter_slots_for, Discount, NewVoucher, OrderId, Reserve, VoucherCode, VoucherRules,
+};
 use shared::errors::ReserveError;
 use shared::App;
 use tokio_postgres::types::Type;
@@ -145,12 +147,15 @@ async fn main() -> anyhow::Result<()> {
         app.reservations()
             .create_voucher(&NewVoucher {
                 code: code.clone(),
-                discount_amount: 100_000,
-                min_order_amount: 0,
-                total_limit: args.limit as i32,
-                per_user_limit: 1,
-                starts_at: Utc::now() - chrono::Duration::minutes(1),
-                ends_at: Utc::now() + chrono::Duration::hours(1),
+                rules: VoucherRules {
+                    discount: Discount::Fixed(100_000),
+                    min_order_amount: 0,
+                    total_limit: args.limit as i32,
+                    per_user_limit: 1,
+                    starts_at: Utc::now() - chrono::Duration::minutes(1),
+                    ends_at: Utc::now() + chrono::Duration::hours(1),
+                    active: true,
+                },
                 flash_sale: kind == "flash",
                 reservation_ttl_seconds: 900,
                 counter_slots: slots,

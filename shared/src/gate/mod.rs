@@ -3,7 +3,8 @@
 //!
 //! Scripts run through `redis::Script` (EVALSHA, and the script body on NOSCRIPT). The scripts
 //! that touch the `orders` hash run after `lua/entry.lua`, the one place the order entry's text
-//! is written and read; Rust reads entries only through `lookup.lua`'s parsed reply. Every key
+//! is written and read; Rust reads entries only through `lookup.lua`'s parsed reply. The scripts
+//! that decide run after `lua/rules.lua`, the gate's one copy of the voucher's rules. Every key
 //! carries the hash tag `{CODE}` ([`keys::Keys`]), so a Redis Cluster keeps a voucher in one
 //! slot. Every call is bounded by a timeout: a dead Redis answers `GateError` within it, never
 //! a hang. See docs/ARCHITECTURE.md, "The gate's keys and scripts".
@@ -62,6 +63,27 @@ pub enum Removal {
     Uncount,
 }
 
+/// What `lookup.lua` read: the order's entry, the customer's active uses in the gate, and the
+/// voucher's per-user limit there (None: not loaded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lookup {
+    pub entry: Option<OrderEntry>,
+    pub uses: i64,
+    pub per_user: Option<i64>,
+}
+
+/// What `patch.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patched {
+    Applied,
+    /// The voucher is not in the gate: nothing to change there.
+    NotLoaded,
+    /// The uses granted exceed the new limit: nothing changed.
+    LimitBelowUsed,
+    /// The caller's gate lock expired or was taken: nothing changed.
+    LockLost,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removed {
     Released,
@@ -112,19 +134,34 @@ pub struct Gate {
     cluster_conn: OnceCell<ClusterConnection>,
     timeout: Duration,
     reserve: Script,
+    validate: Script,
     release: Script,
     load: Script,
+    patch: Script,
+    sync: Script,
     repair: Script,
     lookup: Script,
     unlock: Script,
 }
 
-/// A script that reads or writes order entries: `lua/entry.lua` goes in front of it.
-fn with_entry(body: &str) -> Script {
-    Script::new(&format!(
-        "{}\n{body}",
-        include_str!("../../../lua/entry.lua")
-    ))
+const ENTRY: &str = include_str!("../../../lua/entry.lua");
+const RULES: &str = include_str!("../../../lua/rules.lua");
+
+/// A script with the preludes it uses in front of it: `lua/entry.lua` for those that read or
+/// write order entries, `lua/rules.lua` for those that decide.
+fn script(preludes: &[&str], body: &str) -> Script {
+    let mut text = preludes.join("\n");
+    text.push('\n');
+    text.push_str(body);
+    Script::new(&text)
+}
+
+/// `meta` fields as script arguments: field, value, field, value, ...
+fn meta_args(meta: &GateMeta) -> Vec<String> {
+    meta.fields()
+        .into_iter()
+        .flat_map(|(field, value)| [field.to_owned(), value])
+        .collect()
 }
 
 impl Gate {
@@ -163,10 +200,13 @@ impl Gate {
             cluster,
             cluster_conn: OnceCell::new(),
             timeout,
-            reserve: with_entry(include_str!("../../../lua/reserve.lua")),
-            release: with_entry(include_str!("../../../lua/release.lua")),
-            lookup: with_entry(include_str!("../../../lua/lookup.lua")),
+            reserve: script(&[ENTRY, RULES], include_str!("../../../lua/reserve.lua")),
+            validate: script(&[RULES], include_str!("../../../lua/validate.lua")),
+            release: script(&[ENTRY], include_str!("../../../lua/release.lua")),
+            lookup: script(&[ENTRY], include_str!("../../../lua/lookup.lua")),
             load: Script::new(include_str!("../../../lua/load.lua")),
+            patch: Script::new(include_str!("../../../lua/patch.lua")),
+            sync: Script::new(include_str!("../../../lua/sync.lua")),
             repair: Script::new(include_str!("../../../lua/repair.lua")),
             unlock: Script::new(include_str!("../../../lua/unlock.lua")),
         })
@@ -228,6 +268,37 @@ impl Gate {
         parse_reserve(&reply)
     }
 
+    /// Would a reserve be granted now? `validate.lua`: writes nothing. Answers ELIGIBLE with the
+    /// discount, NOT_LOADED, or the refusal.
+    pub async fn validate(
+        &self,
+        code: &VoucherCode,
+        customer_id: i64,
+        order_amount: i64,
+        now_ms: i64,
+    ) -> Result<(ReserveOutcome, i64), GateError> {
+        let k = self.keys(code);
+        let reply: Vec<String> = self
+            .bounded(|mut c| async move {
+                self.validate
+                    .key(&k.meta)
+                    .key(&k.remaining)
+                    .key(&k.users)
+                    .arg(customer_id)
+                    .arg(order_amount)
+                    .arg(now_ms)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        let [outcome, discount] = reply.as_slice() else {
+            return Err(GateError::Reply(format!("{reply:?}")));
+        };
+        let outcome = ReserveOutcome::parse(outcome)
+            .ok_or_else(|| GateError::Reply(format!("unknown outcome {outcome:?}")))?;
+        Ok((outcome, num(discount)?))
+    }
+
     pub async fn remove(
         &self,
         code: &VoucherCode,
@@ -274,7 +345,7 @@ impl Gate {
         code: &VoucherCode,
         order_id: &str,
         customer_id: Option<i64>,
-    ) -> Result<(Option<OrderEntry>, i64), GateError> {
+    ) -> Result<Lookup, GateError> {
         let k = self.keys(code);
         let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
         let reply: Vec<String> = self
@@ -282,6 +353,7 @@ impl Gate {
                 self.lookup
                     .key(&k.orders)
                     .key(&k.users)
+                    .key(&k.meta)
                     .arg(order_id)
                     .arg(customer)
                     .invoke_async(&mut c)
@@ -297,7 +369,7 @@ impl Gate {
         code: &VoucherCode,
         order_id: &str,
     ) -> Result<Option<OrderEntry>, GateError> {
-        Ok(self.lookup(code, order_id, None).await?.0)
+        Ok(self.lookup(code, order_id, None).await?.entry)
     }
 
     /// Orders reserved in the gate that Postgres may not have yet, with their reserve time (ms).
@@ -315,13 +387,14 @@ impl Gate {
         .await
     }
 
-    /// Sets `remaining` to `to` only if it still reads `from` and no order is pending (the
-    /// reconciler's repair).
+    /// Sets `remaining` to `to` only if it still reads `from`, no order is pending, nobody holds
+    /// the gate lock, and the gate's rules are of `version` (the reconciler's repair).
     pub async fn repair_remaining(
         &self,
         code: &VoucherCode,
         from: i64,
         to: i64,
+        version: i64,
     ) -> Result<bool, GateError> {
         let k = self.keys(code);
         let done: i64 = self
@@ -329,8 +402,11 @@ impl Gate {
                 self.repair
                     .key(&k.remaining)
                     .key(&k.pending)
+                    .key(&k.meta)
+                    .key(&k.loading)
                     .arg(from)
                     .arg(to)
+                    .arg(version)
                     .invoke_async(&mut c)
                     .await
             })
@@ -369,18 +445,15 @@ impl Gate {
         users: &[(i64, i32)],
     ) -> Result<bool, GateError> {
         let k = self.keys(code);
+        let fields = meta_args(meta);
         let loaded: i64 = self
             .bounded(|mut c| async move {
                 let mut inv = self.load.key(&k.meta);
                 inv.key(&k.remaining)
                     .key(&k.users)
                     .arg(remaining)
-                    .arg(meta.discount)
-                    .arg(meta.min_order)
-                    .arg(meta.starts_ms)
-                    .arg(meta.ends_ms)
-                    .arg(meta.per_user)
-                    .arg(meta.ttl_ms);
+                    .arg(fields.len())
+                    .arg(&fields);
                 for (customer, active) in users {
                     inv.arg(customer).arg(active);
                 }
@@ -388,6 +461,71 @@ impl Gate {
             })
             .await?;
         Ok(loaded == 1)
+    }
+
+    /// A change of the voucher (PATCH), under the gate lock `token` holds: adds `delta` to
+    /// `remaining` unless it would go below zero, and sets the rules to `meta` (None: leaves
+    /// them).
+    pub async fn patch(
+        &self,
+        code: &VoucherCode,
+        token: &str,
+        delta: i64,
+        meta: Option<&GateMeta>,
+    ) -> Result<Patched, GateError> {
+        let k = self.keys(code);
+        let fields = meta.map(meta_args).unwrap_or_default();
+        let reply: String = self
+            .bounded(|mut c| async move {
+                self.patch
+                    .key(&k.meta)
+                    .key(&k.remaining)
+                    .key(&k.loading)
+                    .arg(token)
+                    .arg(delta)
+                    .arg(&fields)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        match reply.as_str() {
+            "APPLIED" => Ok(Patched::Applied),
+            "NOT_LOADED" => Ok(Patched::NotLoaded),
+            "LIMIT_BELOW_USED" => Ok(Patched::LimitBelowUsed),
+            "LOCK_LOST" => Ok(Patched::LockLost),
+            other => Err(GateError::Reply(other.to_owned())),
+        }
+    }
+
+    /// The reconciler's copy of the rules read from Postgres (`sync.lua`): true when the gate's
+    /// differed and were replaced.
+    pub async fn sync_meta(&self, code: &VoucherCode, meta: &GateMeta) -> Result<bool, GateError> {
+        let k = self.keys(code);
+        let fields = meta_args(meta);
+        let wrote: i64 = self
+            .bounded(|mut c| async move {
+                self.sync
+                    .key(&k.meta)
+                    .key(&k.loading)
+                    .arg(meta.version)
+                    .arg(&fields)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(wrote == 1)
+    }
+
+    /// Is the gate lock (`loading`) held by anyone?
+    pub async fn is_locked(&self, code: &VoucherCode) -> Result<bool, GateError> {
+        let k = self.keys(code);
+        self.bounded(|mut c| async move {
+            redis::cmd("EXISTS")
+                .arg(&k.loading)
+                .query_async::<bool>(&mut c)
+                .await
+        })
+        .await
     }
 
     pub async fn is_loaded(&self, code: &VoucherCode) -> Result<bool, GateError> {
@@ -484,9 +622,10 @@ fn parse_reserve(reply: &[String]) -> Result<GateReply, GateError> {
     Ok(GateReply { outcome, held })
 }
 
-/// `lookup.lua`'s reply: `{state, customer, reservedMs, expiresMs, discount, amount, uses}`.
-fn parse_lookup(reply: &[String]) -> Result<(Option<OrderEntry>, i64), GateError> {
-    let [state, customer, reserved, expires, discount, amount, uses] = reply else {
+/// `lookup.lua`'s reply: `{state, customer, reservedMs, expiresMs, discount, amount, uses,
+/// perUser}`.
+fn parse_lookup(reply: &[String]) -> Result<Lookup, GateError> {
+    let [state, customer, reserved, expires, discount, amount, uses, per_user] = reply else {
         return Err(GateError::Reply(format!("{reply:?}")));
     };
     let entry = match state.as_str() {
@@ -504,7 +643,15 @@ fn parse_lookup(reply: &[String]) -> Result<(Option<OrderEntry>, i64), GateError
         "R" => Some(OrderEntry::Tombstone(Some(num(customer)?))),
         other => return Err(GateError::Reply(format!("unknown entry state {other:?}"))),
     };
-    Ok((entry, num(uses)?))
+    let per_user = match per_user.as_str() {
+        "" => None,
+        n => Some(num(n)?),
+    };
+    Ok(Lookup {
+        entry,
+        uses: num(uses)?,
+        per_user,
+    })
 }
 
 #[cfg(test)]
@@ -523,29 +670,35 @@ mod tests {
             expires_ms: 901000,
             discount: 5,
         };
+        let lookup = |entry, uses, per_user| Lookup {
+            entry,
+            uses,
+            per_user,
+        };
         assert_eq!(
-            parse_lookup(&s(&["A", "42", "1000", "901000", "5", "70000", "1"])).unwrap(),
-            (
+            parse_lookup(&s(&["A", "42", "1000", "901000", "5", "70000", "1", "2"])).unwrap(),
+            lookup(
                 Some(OrderEntry::Active {
                     held,
                     order_amount: 70000
                 }),
-                1
+                1,
+                Some(2)
             )
         );
         assert_eq!(
-            parse_lookup(&s(&["R", "42", "1", "2", "3", "0", "0"])).unwrap(),
-            (Some(OrderEntry::Tombstone(Some(42))), 0)
+            parse_lookup(&s(&["R", "42", "1", "2", "3", "0", "0", "1"])).unwrap(),
+            lookup(Some(OrderEntry::Tombstone(Some(42))), 0, Some(1))
         );
         assert_eq!(
-            parse_lookup(&s(&["R", "", "0", "0", "0", "0", "0"])).unwrap(),
-            (Some(OrderEntry::Tombstone(None)), 0)
+            parse_lookup(&s(&["R", "", "0", "0", "0", "0", "0", "1"])).unwrap(),
+            lookup(Some(OrderEntry::Tombstone(None)), 0, Some(1))
         );
         assert_eq!(
-            parse_lookup(&s(&["", "", "0", "0", "0", "0", "2"])).unwrap(),
-            (None, 2)
+            parse_lookup(&s(&["", "", "0", "0", "0", "0", "2", ""])).unwrap(),
+            lookup(None, 2, None)
         );
-        assert!(parse_lookup(&s(&["X", "1", "0", "0", "0", "0", "0"])).is_err());
+        assert!(parse_lookup(&s(&["X", "1", "0", "0", "0", "0", "0", "1"])).is_err());
         assert!(parse_lookup(&s(&["A", "1"])).is_err());
     }
 

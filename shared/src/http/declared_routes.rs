@@ -1,7 +1,8 @@
-//! The routes are declared three times: [`ROUTES`] (what the router serves), the
-//! `cargo lambda watch` router in the root Cargo.toml, and the functions' events in
-//! template.yaml. These tests fail as soon as one of them disagrees with the others, and prove
-//! that every entry of the table reaches its handler in its own function's router.
+//! The routes are declared four times: [`ROUTES`] (what the router serves), the
+//! `cargo lambda watch` router in the root Cargo.toml, the functions' events in template.yaml,
+//! and the published API, docs/openapi.json. These tests fail as soon as one of them disagrees
+//! with the others, and prove that every entry of the table reaches its handler in its own
+//! function's router.
 
 use std::collections::BTreeSet;
 
@@ -107,6 +108,28 @@ fn template() -> Declared {
     declared
 }
 
+/// (method, path with its parameters unnamed) of every operation in docs/openapi.json.
+fn openapi() -> BTreeSet<(String, String)> {
+    const METHODS: [&str; 8] = [
+        "get", "put", "post", "delete", "options", "head", "patch", "trace",
+    ];
+    let document: serde_json::Value =
+        serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
+    let mut declared = BTreeSet::new();
+    for (path, item) in document["paths"]
+        .as_object()
+        .expect("the document has paths")
+    {
+        // A path item also holds `parameters`, `summary` and the like beside its operations.
+        for method in item.as_object().unwrap().keys() {
+            if METHODS.contains(&method.as_str()) {
+                declared.insert((method.to_ascii_uppercase(), unnamed(path)));
+            }
+        }
+    }
+    declared
+}
+
 #[test]
 fn the_watch_router_declares_the_route_table() {
     assert_eq!(watch_router(), table());
@@ -115,6 +138,22 @@ fn the_watch_router_declares_the_route_table() {
 #[test]
 fn template_yaml_declares_the_route_table() {
     assert_eq!(template(), table());
+}
+
+#[test]
+fn the_openapi_document_declares_the_route_table() {
+    let served: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|r| (r.method.to_owned(), unnamed(r.path)))
+        .collect();
+    let documented = openapi();
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    let not_served: Vec<_> = documented.difference(&served).collect();
+    assert!(
+        undocumented.is_empty() && not_served.is_empty(),
+        "served but not in docs/openapi.json: {undocumented:?}; \
+         in docs/openapi.json but not served: {not_served:?}"
+    );
 }
 
 #[tokio::test]

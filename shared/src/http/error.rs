@@ -8,8 +8,8 @@ use serde::Serialize;
 use super::Outcome;
 use crate::domain::Invalid;
 use crate::errors::{
-    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ReleaseError,
-    ReserveError, StoreError, WarmupError,
+    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ListError,
+    PatchVoucherError, ReleaseError, ReserveError, StoreError, WarmupError,
 };
 use crate::events::EventError;
 use crate::gate::GateError;
@@ -176,6 +176,7 @@ impl From<ReserveError> for ApiError {
             AlreadyUsed => ApiError::new(StatusCode::CONFLICT, "ALREADY_USED", message),
             OrderConflict => ApiError::new(StatusCode::CONFLICT, "ORDER_CONFLICT", message),
             Released => ApiError::new(StatusCode::CONFLICT, "RESERVATION_RELEASED", message),
+            Inactive => ApiError::not_eligible("INACTIVE", message),
             NotStarted => ApiError::not_eligible("NOT_STARTED", message),
             Expired => ApiError::not_eligible("EXPIRED", message),
             MinOrderAmount => ApiError::not_eligible("MIN_ORDER_AMOUNT", message),
@@ -183,6 +184,37 @@ impl From<ReserveError> for ApiError {
             Unavailable(e) => e.into(),
             Gate(e) => e.into(),
             Events(e) => e.into(),
+        }
+    }
+}
+
+impl From<PatchVoucherError> for ApiError {
+    fn from(e: PatchVoucherError) -> Self {
+        let message = e.to_string();
+        match e {
+            PatchVoucherError::Invalid(e) => e.into(),
+            PatchVoucherError::NotFound(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND", message)
+            }
+            PatchVoucherError::LimitBelowUsed(_) => {
+                ApiError::new(StatusCode::CONFLICT, "LIMIT_BELOW_USED", message)
+            }
+            PatchVoucherError::Busy => ApiError::unavailable(message),
+            PatchVoucherError::Unavailable(e) => e.into(),
+            PatchVoucherError::Gate(e) => e.into(),
+        }
+    }
+}
+
+impl From<ListError> for ApiError {
+    fn from(e: ListError) -> Self {
+        let message = e.to_string();
+        match e {
+            ListError::Invalid(e) => e.into(),
+            ListError::VoucherNotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND", message)
+            }
+            ListError::Unavailable(e) => e.into(),
         }
     }
 }

@@ -15,19 +15,21 @@ pub mod error;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::http::{header, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, MethodRouter};
+use axum::routing::{delete, get, patch, post, MethodRouter};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::app::App;
 use crate::domain::{
-    CreateVoucherRequest, NewVoucher, OrderId, Reserve, ReserveRequest, VoucherCode,
+    CreateVoucherRequest, NewVoucher, OrderId, PatchVoucherRequest, ReservationList,
+    ReservationListQuery, Reserve, ReserveRequest, Validate, ValidateRequest, VoucherCode,
+    VoucherList, VoucherListQuery, VoucherPatch,
 };
 pub use error::ApiError;
 
@@ -99,6 +101,12 @@ pub const ROUTES: &[Route] = &[
         handler: || get(live),
     },
     Route {
+        method: "GET",
+        path: "/openapi.json",
+        family: Routes::Admin,
+        handler: || get(openapi),
+    },
+    Route {
         method: "POST",
         path: "/vouchers",
         family: Routes::Admin,
@@ -106,9 +114,21 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/vouchers",
+        family: Routes::Admin,
+        handler: || get(list_vouchers),
+    },
+    Route {
+        method: "GET",
         path: "/vouchers/{code}",
         family: Routes::Admin,
         handler: || get(get_voucher),
+    },
+    Route {
+        method: "PATCH",
+        path: "/vouchers/{code}",
+        family: Routes::Admin,
+        handler: || patch(patch_voucher),
     },
     Route {
         method: "POST",
@@ -118,9 +138,21 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "POST",
+        path: "/vouchers/{code}/validations",
+        family: Routes::Reserve,
+        handler: || post(validate),
+    },
+    Route {
+        method: "POST",
         path: "/vouchers/{code}/reservations",
         family: Routes::Reserve,
         handler: || post(reserve),
+    },
+    Route {
+        method: "GET",
+        path: "/vouchers/{code}/reservations",
+        family: Routes::Admin,
+        handler: || get(list_reservations),
     },
     Route {
         method: "GET",
@@ -190,6 +222,17 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", e.body_text()))
 }
 
+/// A query string parsed into `T` (unknown parameters refused), as a 400 naming the problem.
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(t)| t).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            format!("query: {}", e.body_text()),
+        )
+    })
+}
+
 fn ok(status: StatusCode, outcome: &'static str, body: impl IntoResponse) -> Response {
     let mut response = (status, body).into_response();
     response.extensions_mut().insert(Outcome(outcome));
@@ -212,6 +255,48 @@ async fn get_voucher(
     let code = VoucherCode::parse(&path(code)?)?;
     let view = app.reservations().voucher(&code).await?;
     Ok(ok(StatusCode::OK, "FOUND", Json(view)))
+}
+
+async fn patch_voucher(
+    State(app): State<App>,
+    code: Result<Path<String>, PathRejection>,
+    JsonBody(body): JsonBody<PatchVoucherRequest>,
+) -> Result<Response, ApiError> {
+    let code = VoucherCode::parse(&path(code)?)?;
+    let patch = VoucherPatch::try_from(body)?;
+    let view = app.reservations().patch_voucher(&code, &patch).await?;
+    Ok(ok(StatusCode::OK, "PATCHED", Json(view)))
+}
+
+async fn list_vouchers(
+    State(app): State<App>,
+    q: Result<Query<VoucherListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let list = VoucherList::parse(query(q)?)?;
+    let page = app.reservations().vouchers(&list).await?;
+    Ok(ok(StatusCode::OK, "LISTED", Json(page)))
+}
+
+async fn list_reservations(
+    State(app): State<App>,
+    code: Result<Path<String>, PathRejection>,
+    q: Result<Query<ReservationListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let code = VoucherCode::parse(&path(code)?)?;
+    let list = ReservationList::parse(code, query(q)?)?;
+    let page = app.reservations().reservations(&list).await?;
+    Ok(ok(StatusCode::OK, "LISTED", Json(page)))
+}
+
+async fn validate(
+    State(app): State<App>,
+    code: Result<Path<String>, PathRejection>,
+    JsonBody(body): JsonBody<ValidateRequest>,
+) -> Result<Response, ApiError> {
+    let code = VoucherCode::parse(&path(code)?)?;
+    let request = Validate::parse(code, body)?;
+    let eligibility = app.reservations().validate(&request).await?;
+    Ok(ok(StatusCode::OK, "ELIGIBLE", Json(eligibility)))
 }
 
 async fn warmup(
@@ -290,6 +375,14 @@ async fn health(State(app): State<App>) -> Response {
         "redis": state(redis_up),
     });
     ok(status, outcome, Json(body))
+}
+
+/// The API's OpenAPI document (docs/openapi.json), as built into the binary.
+pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+async fn openapi() -> Response {
+    let body = ([(header::CONTENT_TYPE, "application/json")], OPENAPI);
+    ok(StatusCode::OK, "OPENAPI", body)
 }
 
 /// Liveness, touching nothing: also the ceiling of this HTTP stack in benchmarks.

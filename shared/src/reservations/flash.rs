@@ -13,8 +13,8 @@ use super::Warmup;
 use crate::domain::{Held, OrderId, Reservation, Reserve, ReserveOutcome, Status, VoucherCode};
 use crate::errors::{FromGateError, ReserveError, StoreError};
 use crate::events::{Events, ReservedEvent};
-use crate::gate::{Gate, OrderEntry, Removal};
-use crate::store::{Merge, MergeOutcome, Merged, Store, VoucherKind};
+use crate::gate::{Gate, Lookup, OrderEntry, Removal};
+use crate::store::{Merge, MergeOutcome, Merged, Store};
 use crate::telemetry::Chain;
 
 #[derive(Clone)]
@@ -85,11 +85,10 @@ impl Flash {
     pub(super) async fn reserve(
         &self,
         r: &Reserve,
-        kind: VoucherKind,
         now: DateTime<Utc>,
     ) -> Result<Reservation, ReserveError> {
         if self.sold_out.recently(&r.code) {
-            return self.answer_sold_out(r, kind).await;
+            return self.answer_sold_out(r).await;
         }
         let order = r.order_id.as_str();
         let now_ms = now.timestamp_millis();
@@ -116,28 +115,38 @@ impl Flash {
     /// tells a winner's retry apart (it gets its 201 again, not OUT_OF_STOCK) and refuses in the
     /// order the script would (per-user limit before stock), so answers do not depend on which
     /// path took the request.
-    async fn answer_sold_out(
-        &self,
-        r: &Reserve,
-        kind: VoucherKind,
-    ) -> Result<Reservation, ReserveError> {
+    async fn answer_sold_out(&self, r: &Reserve) -> Result<Reservation, ReserveError> {
         let seen = self
             .gate
             .lookup(&r.code, r.order_id.as_str(), Some(r.customer_id))
             .await;
-        match seen {
-            Ok((Some(OrderEntry::Active { held, .. }), _)) if held.customer_id == r.customer_id => {
+        let Ok(Lookup {
+            entry,
+            uses,
+            per_user,
+        }) = seen
+        else {
+            // Redis down as well: the voucher was sold out a moment ago and nothing is written.
+            return Err(ReserveError::OutOfStock);
+        };
+        match entry {
+            Some(OrderEntry::Active { held, .. }) if held.customer_id == r.customer_id => {
                 self.settle(r, held, false).await
             }
-            Ok((Some(OrderEntry::Active { .. }), _)) => Err(ReserveError::OrderConflict),
-            Ok((Some(OrderEntry::Tombstone(Some(c))), _)) if c != r.customer_id => {
+            Some(OrderEntry::Active { .. }) => Err(ReserveError::OrderConflict),
+            Some(OrderEntry::Tombstone(Some(c))) if c != r.customer_id => {
                 Err(ReserveError::OrderConflict)
             }
-            Ok((Some(OrderEntry::Tombstone(_)), _)) => Err(ReserveError::Released),
-            Ok((None, uses)) if uses >= kind.per_user_limit => Err(ReserveError::AlreadyUsed),
-            // Redis down as well: the voucher was sold out a moment ago and nothing is written.
-            Ok((None, _)) | Err(_) => Err(ReserveError::OutOfStock),
+            Some(OrderEntry::Tombstone(_)) => Err(ReserveError::Released),
+            None if per_user.is_some_and(|limit| uses >= limit) => Err(ReserveError::AlreadyUsed),
+            None => Err(ReserveError::OutOfStock),
         }
+    }
+
+    /// Uses came back by a change of the voucher (a higher limit, a resume): this process stops
+    /// answering OUT_OF_STOCK from memory.
+    pub(super) fn limit_raised(&self, code: &VoucherCode) {
+        self.sold_out.clear(code);
     }
 
     /// The gate granted (`fresh`) or already held (a retry) the use. Mode B: send the event.

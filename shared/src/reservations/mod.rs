@@ -9,6 +9,7 @@
 
 mod flash;
 mod group_commit;
+mod patch;
 mod warmup;
 
 use std::collections::HashMap;
@@ -18,12 +19,13 @@ use std::time::Duration;
 use chrono::Utc;
 
 use crate::domain::{
-    self, Confirmation, NewVoucher, OrderId, Reservation, ReservationView, Reserve, Status,
-    VoucherCode, VoucherView,
+    self, Confirmation, Eligibility, NewVoucher, OrderId, Page, Reservation, ReservationItem,
+    ReservationList, ReservationView, Reserve, ReserveOutcome, Status, Validate, VoucherCode,
+    VoucherList, VoucherView,
 };
 use crate::errors::{
-    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ReleaseError,
-    ReserveError, StoreError, WarmupError,
+    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ListError,
+    ReleaseError, ReserveError, StoreError, ValidateError, WarmupError,
 };
 use crate::events::Events;
 use crate::gate::Gate;
@@ -49,6 +51,7 @@ pub struct Options {
 #[derive(Clone)]
 pub struct Reservations {
     store: Store,
+    gate: Arc<Gate>,
     /// Standard reserves are written through it (in batches, in a long-running process).
     writes: GroupCommit,
     flash: Flash,
@@ -80,7 +83,7 @@ impl Reservations {
         Reservations {
             flash: Flash::new(
                 store.clone(),
-                gate,
+                gate.clone(),
                 events,
                 warmup.clone(),
                 options.sold_out_ttl,
@@ -88,6 +91,7 @@ impl Reservations {
             ),
             writes,
             store,
+            gate,
             warmup,
             kinds: Arc::default(),
         }
@@ -100,7 +104,7 @@ impl Reservations {
 
     pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
         let view = self.store.create_voucher(v).await?;
-        if v.flash_sale && self.warmup.is_due(v.starts_at, Utc::now()) {
+        if v.flash_sale && self.warmup.is_due(v.rules.starts_at, Utc::now()) {
             // Best effort: a voucher not loaded now is loaded on first use.
             if let Err(e) = self.warmup.warm(&v.code).await {
                 tracing::warn!(code = v.code.as_str(), error = %crate::telemetry::Chain(&e), "warm-up at creation failed");
@@ -121,7 +125,54 @@ impl Reservations {
         self.store.reservation(code, order_id).await
     }
 
-    /// Is this voucher decided by the gate, and its per-user limit? Cached for good.
+    /// A page of vouchers, in code order.
+    pub async fn vouchers(&self, list: &VoucherList) -> Result<Page<VoucherView>, ListError> {
+        self.store.vouchers(list).await
+    }
+
+    /// A page of a voucher's reservations, in orderId order.
+    pub async fn reservations(
+        &self,
+        list: &ReservationList,
+    ) -> Result<Page<ReservationItem>, ListError> {
+        self.store.reservations(list).await
+    }
+
+    /// Would this customer's order get the voucher now, and with what discount? Decided as a
+    /// reserve would be (by the gate for a flash voucher, by Postgres otherwise), writing
+    /// nothing anywhere. A flash voucher not in the gate yet is answered from Postgres rather
+    /// than loaded.
+    pub async fn validate(&self, v: &Validate) -> Result<Eligibility, ValidateError> {
+        let now = domain::millis(Utc::now());
+        let (outcome, discount) = match self.kind(&v.code).await? {
+            None => return Err(ReserveError::VoucherNotFound),
+            Some(kind) if kind.flash_sale => {
+                let at_gate = self
+                    .gate
+                    .validate(
+                        &v.code,
+                        v.customer_id,
+                        v.order_amount,
+                        now.timestamp_millis(),
+                    )
+                    .await?;
+                match at_gate {
+                    (ReserveOutcome::NotLoaded, _) => self.store.validate(v, now).await?,
+                    answer => answer,
+                }
+            }
+            Some(_) => self.store.validate(v, now).await?,
+        };
+        if outcome != ReserveOutcome::Eligible {
+            return Err(ReserveError::refused(outcome));
+        }
+        Ok(Eligibility {
+            eligible: true,
+            discount_amount: discount,
+        })
+    }
+
+    /// Is this voucher decided by the gate? Cached for good (it never changes).
     async fn kind(&self, code: &VoucherCode) -> Result<Option<VoucherKind>, StoreError> {
         // A std lock: held for one map access, never across an await.
         if let Some(&kind) = self.kinds.read().unwrap().get(code.as_str()) {
@@ -142,7 +193,7 @@ impl Reservations {
         match self.kind(&r.code).await? {
             None => Err(ReserveError::VoucherNotFound),
             Some(kind) if !kind.flash_sale => self.writes.reserve(r, now).await,
-            Some(kind) => self.flash.reserve(r, kind, now).await,
+            Some(_) => self.flash.reserve(r, now).await,
         }
     }
 

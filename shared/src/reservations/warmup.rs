@@ -66,16 +66,18 @@ impl Warmup {
         starts_at - now <= chrono::Duration::from_std(self.lead).unwrap_or_default()
     }
 
-    /// Loads the voucher unless it is loaded.
+    /// Loads the voucher unless it is loaded. The one caller holding the gate lock loads; the
+    /// others wait for the voucher to appear, or for the lock to be let go (a change of the
+    /// voucher holds it too, and loads nothing) to try again, up to `LOAD_WAIT`.
     pub async fn warm(&self, code: &VoucherCode) -> Result<Warmed, WarmupError> {
+        let deadline = Instant::now() + LOAD_WAIT;
         let mut loaded_now = false;
-        let loaded = self.gate.is_loaded(code).await?;
-        if let (false, Some(events)) = (loaded, &self.events) {
-            if events.in_flight().await? > 0 {
-                return Err(WarmupError::EventsInFlight);
+        while !self.gate.is_loaded(code).await? {
+            if let Some(events) = &self.events {
+                if events.in_flight().await? > 0 {
+                    return Err(WarmupError::EventsInFlight);
+                }
             }
-        }
-        if !loaded {
             // Unique per call, so that only this call's lock is ever released by it.
             let token = uuid::Uuid::new_v4().to_string();
             if self
@@ -89,9 +91,12 @@ impl Warmup {
                     tracing::warn!(code = code.as_str(), error = %crate::telemetry::Chain(&e), "loading lock not released");
                 }
                 loaded_now = result?;
-            } else {
-                self.wait_for_loader(code).await?;
+                break;
             }
+            if Instant::now() > deadline {
+                return Err(WarmupError::Busy);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(Warmed {
             code: code.as_str().to_owned(),
@@ -100,21 +105,10 @@ impl Warmup {
         })
     }
 
-    async fn wait_for_loader(&self, code: &VoucherCode) -> Result<(), WarmupError> {
-        let deadline = Instant::now() + LOAD_WAIT;
-        while !self.gate.is_loaded(code).await? {
-            if Instant::now() > deadline {
-                return Err(WarmupError::Busy);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
-    }
-
     async fn load(&self, code: &VoucherCode) -> Result<bool, WarmupError> {
         let source = self
             .store
-            .gate_source(code)
+            .gate_source(code, true)
             .await?
             .ok_or(WarmupError::NotFound)?;
         if !source.flash_sale {

@@ -193,7 +193,11 @@ impl Store {
         order_id: &OrderId,
     ) -> Result<Option<RowFacts>, StoreError> {
         let merge = Merge::by_key(code, order_id.as_str(), Status::Confirmed);
-        Ok(self.merge(&merge).await?.row)
+        match self.merge(&merge).await {
+            // No voucher, so no reservation of it either.
+            Err(e) if is_unknown_voucher(&e) => Ok(None),
+            merged => Ok(merged?.row),
+        }
     }
 
     /// Release by key (None: no such reservation).
@@ -204,7 +208,10 @@ impl Store {
     ) -> Result<Option<Merged>, StoreError> {
         let merge = Merge::by_key(code, order_id.as_str(), Status::Released)
             .reason(ReleaseReason::Cancelled);
-        let merged = self.merge(&merge).await?;
+        let merged = match self.merge(&merge).await {
+            Err(e) if is_unknown_voucher(&e) => return Ok(None),
+            merged => merged?,
+        };
         Ok(merged.row.is_some().then_some(merged))
     }
 }

@@ -23,11 +23,12 @@ pub use sweeps::{Expired, LiveFlashVoucher};
 
 use crate::config::Settings;
 use crate::domain::{
-    GateMeta, NewVoucher, OrderId, Reservation, ReservationView, Reserve, ReserveOutcome, Status,
-    VoucherCode, VoucherView,
+    Discount, GateMeta, NewVoucher, OrderId, Page, Reservation, ReservationItem, ReservationList,
+    ReservationView, Reserve, ReserveOutcome, Status, Validate, VoucherCode, VoucherList,
+    VoucherRules, VoucherView,
 };
 use crate::errors::{
-    CreateVoucherError, GetReservationError, GetVoucherError, ReserveError, StoreError,
+    CreateVoucherError, GetReservationError, GetVoucherError, ListError, ReserveError, StoreError,
 };
 use crate::tls;
 
@@ -53,7 +54,72 @@ pub struct Store {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VoucherKind {
     pub flash_sale: bool,
-    pub per_user_limit: i64,
+}
+
+/// A voucher as a change to it starts from: its rules and the version they are at.
+#[derive(Debug, Clone)]
+pub struct VoucherState {
+    pub rules: VoucherRules,
+    pub version: i64,
+    pub flash_sale: bool,
+    pub reservation_ttl_seconds: i32,
+}
+
+/// What `fg_patch_voucher` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchOutcome {
+    /// Written; the voucher's new version.
+    Applied(i64),
+    /// Another change landed since the version given: nothing written.
+    Stale,
+    NotFound,
+    /// The uses held exceed the new limit: nothing written. Postgres' detail.
+    LimitBelowUsed(String),
+}
+
+/// The voucher view's columns, for one voucher or a page of them.
+const VOUCHER_VIEW: &str = "
+    SELECT v.code, v.discount_amount, v.discount_percent, v.max_discount_amount,
+           v.min_order_amount, v.total_limit, v.per_user_limit, v.starts_at, v.ends_at,
+           v.flash_sale, v.active, v.reservation_ttl_seconds, v.counter_slots,
+           fg_used(v.code) AS used,
+           (SELECT count(*) FROM redemption r
+             WHERE r.voucher_code = v.code AND r.status = 1) AS reserved,
+           (SELECT count(*) FROM redemption r
+             WHERE r.voucher_code = v.code AND r.status = 2) AS confirmed,
+           (SELECT count(*) FROM redemption r
+             WHERE r.voucher_code = v.code AND r.release_reason = 'REVOKED') AS revoked
+      FROM voucher v";
+
+fn voucher_view(row: &tokio_postgres::Row) -> VoucherView {
+    let discount = Discount::from_columns(
+        row.get("discount_amount"),
+        row.get("discount_percent"),
+        row.get("max_discount_amount"),
+    );
+    let (discount_amount, discount_percent, max_discount_amount) = discount.columns();
+    let total: i64 = row.get::<_, i32>("total_limit").into();
+    let used: i64 = row.get("used");
+    VoucherView {
+        code: row.get("code"),
+        discount_amount,
+        discount_percent,
+        max_discount_amount,
+        min_order_amount: row.get("min_order_amount"),
+        total_limit: total,
+        per_user_limit: row.get::<_, i32>("per_user_limit").into(),
+        starts_at: row.get("starts_at"),
+        ends_at: row.get("ends_at"),
+        flash_sale: row.get("flash_sale"),
+        active: row.get("active"),
+        reservation_ttl_seconds: row.get::<_, i32>("reservation_ttl_seconds").into(),
+        counter_slots: row.get::<_, i16>("counter_slots").into(),
+        used_count: used,
+        remaining: total - used,
+        reserved_count: row.get("reserved"),
+        confirmed_count: row.get("confirmed"),
+        revoked_count: row.get("revoked"),
+    }
 }
 
 impl Store {
@@ -173,27 +239,33 @@ impl Store {
 
     pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
         let client = self.client().await?;
+        let r = &v.rules;
+        let (amount, percent, cap) = r.discount.columns();
         // One statement, so one transaction: the voucher and its slots commit together, and
         // the caps' sum is checked at that commit.
         let rows = client
             .query_typed(
                 "WITH v AS (
-                   INSERT INTO voucher (code, discount_amount, min_order_amount, total_limit,
-                                        per_user_limit, starts_at, ends_at, flash_sale,
+                   INSERT INTO voucher (code, discount_amount, discount_percent,
+                                        max_discount_amount, min_order_amount, total_limit,
+                                        per_user_limit, starts_at, ends_at, flash_sale, active,
                                         reservation_ttl_seconds, counter_slots)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
                    ON CONFLICT (code) DO NOTHING
                    RETURNING code, total_limit, counter_slots)
                  SELECT v.code, fg_set_slots(v.code, v.total_limit, v.counter_slots) FROM v",
                 &[
                     (&v.code.as_str(), Type::TEXT),
-                    (&v.discount_amount, Type::INT8),
-                    (&v.min_order_amount, Type::INT8),
-                    (&v.total_limit, Type::INT4),
-                    (&v.per_user_limit, Type::INT4),
-                    (&v.starts_at, Type::TIMESTAMPTZ),
-                    (&v.ends_at, Type::TIMESTAMPTZ),
+                    (&amount, Type::INT8),
+                    (&percent, Type::INT2),
+                    (&cap, Type::INT8),
+                    (&r.min_order_amount, Type::INT8),
+                    (&r.total_limit, Type::INT4),
+                    (&r.per_user_limit, Type::INT4),
+                    (&r.starts_at, Type::TIMESTAMPTZ),
+                    (&r.ends_at, Type::TIMESTAMPTZ),
                     (&v.flash_sale, Type::BOOL),
+                    (&r.active, Type::BOOL),
                     (&v.reservation_ttl_seconds, Type::INT4),
                     (&v.counter_slots, Type::INT2),
                 ],
@@ -205,17 +277,20 @@ impl Store {
         }
         Ok(VoucherView {
             code: v.code.as_str().to_owned(),
-            discount_amount: v.discount_amount,
-            min_order_amount: v.min_order_amount,
-            total_limit: v.total_limit.into(),
-            per_user_limit: v.per_user_limit.into(),
-            starts_at: v.starts_at,
-            ends_at: v.ends_at,
+            discount_amount: amount,
+            discount_percent: percent,
+            max_discount_amount: cap,
+            min_order_amount: r.min_order_amount,
+            total_limit: r.total_limit.into(),
+            per_user_limit: r.per_user_limit.into(),
+            starts_at: r.starts_at,
+            ends_at: r.ends_at,
             flash_sale: v.flash_sale,
+            active: r.active,
             reservation_ttl_seconds: v.reservation_ttl_seconds.into(),
             counter_slots: v.counter_slots.into(),
             used_count: 0,
-            remaining: v.total_limit.into(),
+            remaining: r.total_limit.into(),
             reserved_count: 0,
             confirmed_count: 0,
             revoked_count: 0,
@@ -226,16 +301,7 @@ impl Store {
         let client = self.client().await?;
         let row = client
             .query_typed(
-                "SELECT v.code, v.discount_amount, v.min_order_amount, v.total_limit,
-                        v.per_user_limit, v.starts_at, v.ends_at, v.flash_sale,
-                        v.reservation_ttl_seconds, v.counter_slots, fg_used(v.code) AS used,
-                        (SELECT count(*) FROM redemption r
-                          WHERE r.voucher_code = v.code AND r.status = 1) AS reserved,
-                        (SELECT count(*) FROM redemption r
-                          WHERE r.voucher_code = v.code AND r.status = 2) AS confirmed,
-                        (SELECT count(*) FROM redemption r
-                          WHERE r.voucher_code = v.code AND r.release_reason = 'REVOKED') AS revoked
-                   FROM voucher v WHERE v.code = $1",
+                &format!("{VOUCHER_VIEW} WHERE v.code = $1"),
                 &[(&code.as_str(), Type::TEXT)],
             )
             .await
@@ -243,25 +309,214 @@ impl Store {
             .into_iter()
             .next()
             .ok_or_else(|| GetVoucherError::NotFound(code.as_str().to_owned()))?;
-        let total: i64 = row.get::<_, i32>("total_limit").into();
-        let used: i64 = row.get("used");
-        Ok(VoucherView {
-            code: row.get("code"),
-            discount_amount: row.get("discount_amount"),
-            min_order_amount: row.get("min_order_amount"),
-            total_limit: total,
-            per_user_limit: row.get::<_, i32>("per_user_limit").into(),
-            starts_at: row.get("starts_at"),
-            ends_at: row.get("ends_at"),
+        Ok(voucher_view(&row))
+    }
+
+    /// A page of vouchers in code order (keyset: the page after `list.after`).
+    pub async fn vouchers(&self, list: &VoucherList) -> Result<Page<VoucherView>, ListError> {
+        let after = list.after.as_ref().map(VoucherCode::as_str);
+        // One more than the page, to know whether a page follows.
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                &format!(
+                    "{VOUCHER_VIEW} WHERE ($1::text IS NULL OR v.code > $1)
+                      ORDER BY v.code LIMIT $2"
+                ),
+                &[(&after, Type::TEXT), (&(list.limit + 1), Type::INT8)],
+            )
+            .await
+            .map_err(StoreError::from)?;
+        let mut items: Vec<VoucherView> = rows.iter().map(voucher_view).collect();
+        let next = page_next(&mut items, list.limit, |v| VoucherList::cursor(&v.code));
+        Ok(Page { items, next })
+    }
+
+    /// A page of a voucher's reservations in orderId order (keyset: the page after
+    /// `list.after`), filtered by status and customer.
+    pub async fn reservations(
+        &self,
+        list: &ReservationList,
+    ) -> Result<Page<ReservationItem>, ListError> {
+        let after = list.after.as_ref().map(OrderId::as_str);
+        let status = list.status.map(Status::as_db);
+        // The voucher's own row comes first, so an unknown voucher is told apart from an empty
+        // page; the page's rows follow it.
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT r.order_id, r.customer_id, r.status, r.discount_amount, r.order_amount,
+                        r.reserved_at, r.expires_at, r.confirmed_at, r.released_at,
+                        r.release_reason
+                   FROM voucher v
+                   LEFT JOIN LATERAL (
+                        SELECT * FROM redemption x
+                         WHERE x.voucher_code = v.code
+                           AND ($2::text IS NULL OR x.order_id > $2)
+                           AND ($3::smallint IS NULL OR x.status = $3)
+                           AND ($4::bigint IS NULL OR x.customer_id = $4)
+                         ORDER BY x.order_id
+                         LIMIT $5) r ON true
+                  WHERE v.code = $1
+                  ORDER BY r.order_id",
+                &[
+                    (&list.code.as_str(), Type::TEXT),
+                    (&after, Type::TEXT),
+                    (&status, Type::INT2),
+                    (&list.customer_id, Type::INT8),
+                    (&(list.limit + 1), Type::INT8),
+                ],
+            )
+            .await
+            .map_err(StoreError::from)?;
+        if rows.is_empty() {
+            return Err(ListError::VoucherNotFound);
+        }
+        let mut items = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let Some(order_id) = row.get::<_, Option<String>>("order_id") else {
+                continue; // the voucher exists, the page is empty
+            };
+            let status: i16 = row.get("status");
+            items.push(ReservationItem {
+                order_id,
+                customer_id: row.get("customer_id"),
+                status: Status::from_db(status)
+                    .ok_or_else(|| StoreError::UnexpectedOutcome(format!("status {status}")))?,
+                discount_amount: row.get("discount_amount"),
+                order_amount: row.get("order_amount"),
+                reserved_at: row.get("reserved_at"),
+                expires_at: row.get("expires_at"),
+                confirmed_at: row.get("confirmed_at"),
+                released_at: row.get("released_at"),
+                release_reason: row.get("release_reason"),
+            });
+        }
+        let next = page_next(&mut items, list.limit, |r| {
+            ReservationList::cursor(&r.order_id)
+        });
+        Ok(Page { items, next })
+    }
+
+    /// The voucher's rules and version, as a change starts from (None: no such voucher).
+    pub async fn voucher_state(
+        &self,
+        code: &VoucherCode,
+    ) -> Result<Option<VoucherState>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT discount_amount, discount_percent, max_discount_amount, min_order_amount,
+                        total_limit, per_user_limit, starts_at, ends_at, active, version,
+                        flash_sale, reservation_ttl_seconds
+                   FROM voucher WHERE code = $1",
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await?;
+        Ok(rows.first().map(|row| VoucherState {
+            rules: VoucherRules {
+                discount: Discount::from_columns(
+                    row.get("discount_amount"),
+                    row.get("discount_percent"),
+                    row.get("max_discount_amount"),
+                ),
+                min_order_amount: row.get("min_order_amount"),
+                total_limit: row.get("total_limit"),
+                per_user_limit: row.get("per_user_limit"),
+                starts_at: row.get("starts_at"),
+                ends_at: row.get("ends_at"),
+                active: row.get("active"),
+            },
+            version: row.get("version"),
             flash_sale: row.get("flash_sale"),
-            reservation_ttl_seconds: row.get::<_, i32>("reservation_ttl_seconds").into(),
-            counter_slots: row.get::<_, i16>("counter_slots").into(),
-            used_count: used,
-            remaining: total - used,
-            reserved_count: row.get("reserved"),
-            confirmed_count: row.get("confirmed"),
-            revoked_count: row.get("revoked"),
+            reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
+        }))
+    }
+
+    /// Writes `rules` as the voucher's, if it is still at `version` (`fg_patch_voucher`, one
+    /// round trip and one transaction).
+    pub async fn patch_voucher(
+        &self,
+        code: &VoucherCode,
+        version: i64,
+        rules: &VoucherRules,
+    ) -> Result<PatchOutcome, StoreError> {
+        let (amount, percent, cap) = rules.discount.columns();
+        let result = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT outcome, version
+                   FROM fg_patch_voucher($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    (&code.as_str(), Type::TEXT),
+                    (&version, Type::INT8),
+                    (&amount, Type::INT8),
+                    (&percent, Type::INT2),
+                    (&cap, Type::INT8),
+                    (&rules.min_order_amount, Type::INT8),
+                    (&rules.total_limit, Type::INT4),
+                    (&rules.per_user_limit, Type::INT4),
+                    (&rules.starts_at, Type::TIMESTAMPTZ),
+                    (&rules.ends_at, Type::TIMESTAMPTZ),
+                    (&rules.active, Type::BOOL),
+                ],
+            )
+            .await;
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) => {
+                if let Some(db) = e.as_db_error() {
+                    if db.code().code() == "FG409" && db.message() == "LIMIT_BELOW_USED" {
+                        return Ok(PatchOutcome::LimitBelowUsed(
+                            db.detail().unwrap_or_default().to_owned(),
+                        ));
+                    }
+                }
+                return Err(e.into());
+            }
+        };
+        let row = rows.first().ok_or(StoreError::NoRow)?;
+        let outcome: &str = row.get("outcome");
+        Ok(match outcome {
+            "APPLIED" => PatchOutcome::Applied(row.get("version")),
+            "STALE" => PatchOutcome::Stale,
+            "NOT_FOUND" => PatchOutcome::NotFound,
+            other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
         })
+    }
+
+    /// Would a reserve be granted now, by Postgres' rules (`fg_validate`, reads only)? The
+    /// outcome (ELIGIBLE or the refusal) and the discount it would be given.
+    pub async fn validate(
+        &self,
+        v: &Validate,
+        now: DateTime<Utc>,
+    ) -> Result<(ReserveOutcome, i64), StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT outcome, discount_amount FROM fg_validate($1, $2, $3, $4)",
+                &[
+                    (&v.code.as_str(), Type::TEXT),
+                    (&v.customer_id, Type::INT8),
+                    (&v.order_amount, Type::INT8),
+                    (&now, Type::TIMESTAMPTZ),
+                ],
+            )
+            .await?;
+        let row = rows.first().ok_or(StoreError::NoRow)?;
+        let word: &str = row.get("outcome");
+        let outcome = ReserveOutcome::parse(word)
+            .ok_or_else(|| StoreError::UnexpectedOutcome(word.to_owned()))?;
+        Ok((
+            outcome,
+            row.get::<_, Option<i64>>("discount_amount").unwrap_or(0),
+        ))
     }
 
     /// Standard-mode reserve: one call to `fg_reserve`, one round trip.
@@ -351,68 +606,72 @@ impl Store {
         })
     }
 
-    /// `total_limit` less the uses held: what a gate should hold when nothing is in flight.
-    pub async fn expected_remaining(&self, code: &VoucherCode) -> Result<Option<i64>, StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT total_limit - fg_used(code) FROM voucher WHERE code = $1",
-                &[(&code.as_str(), Type::TEXT)],
-            )
-            .await?;
-        Ok(rows.first().map(|r| r.get(0)))
-    }
-
     /// How a voucher is decided (None: no such voucher). Immutable once created.
     pub async fn kind(&self, code: &VoucherCode) -> Result<Option<VoucherKind>, StoreError> {
         let rows = self
             .client()
             .await?
             .query_typed(
-                "SELECT flash_sale, per_user_limit FROM voucher WHERE code = $1",
+                "SELECT flash_sale FROM voucher WHERE code = $1",
                 &[(&code.as_str(), Type::TEXT)],
             )
             .await?;
         Ok(rows.first().map(|r| VoucherKind {
             flash_sale: r.get(0),
-            per_user_limit: r.get::<_, i32>(1).into(),
         }))
     }
 
-    /// What the gate is loaded from, read in one snapshot: the voucher's facts, the uses left
-    /// (`total_limit` less the uses held, never `total_limit`) and each customer's active uses.
-    pub async fn gate_source(&self, code: &VoucherCode) -> Result<Option<GateSource>, StoreError> {
+    /// What the gate is loaded from, read in one snapshot: the voucher's rules at their
+    /// version, the uses left (`total_limit` less the uses held, never `total_limit`) and, with
+    /// `with_users`, each customer's active uses (the reconciler needs only the rest).
+    pub async fn gate_source(
+        &self,
+        code: &VoucherCode,
+        with_users: bool,
+    ) -> Result<Option<GateSource>, StoreError> {
         let rows = self
             .client()
             .await?
             .query_typed(
-                "SELECT v.flash_sale, v.discount_amount, v.min_order_amount, v.starts_at, v.ends_at,
-                        v.per_user_limit, v.reservation_ttl_seconds,
+                "SELECT v.flash_sale, v.discount_amount, v.discount_percent, v.max_discount_amount,
+                        v.min_order_amount, v.starts_at, v.ends_at, v.per_user_limit,
+                        v.reservation_ttl_seconds, v.active, v.version,
                         v.total_limit - fg_used(v.code) AS remaining,
-                        COALESCE((SELECT array_agg(c.customer_id ORDER BY c.customer_id)
-                                    FROM voucher_customer c
-                                   WHERE c.voucher_code = v.code AND c.active > 0), '{}') AS customers,
-                        COALESCE((SELECT array_agg(c.active ORDER BY c.customer_id)
-                                    FROM voucher_customer c
-                                   WHERE c.voucher_code = v.code AND c.active > 0), '{}') AS actives
+                        CASE WHEN $2 THEN
+                          COALESCE((SELECT array_agg(c.customer_id ORDER BY c.customer_id)
+                                      FROM voucher_customer c
+                                     WHERE c.voucher_code = v.code AND c.active > 0), '{}')
+                        ELSE '{}' END AS customers,
+                        CASE WHEN $2 THEN
+                          COALESCE((SELECT array_agg(c.active ORDER BY c.customer_id)
+                                      FROM voucher_customer c
+                                     WHERE c.voucher_code = v.code AND c.active > 0), '{}')
+                        ELSE '{}' END AS actives
                    FROM voucher v WHERE v.code = $1",
-                &[(&code.as_str(), Type::TEXT)],
+                &[(&code.as_str(), Type::TEXT), (&with_users, Type::BOOL)],
             )
             .await?;
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        let starts: DateTime<Utc> = row.get("starts_at");
-        let ends: DateTime<Utc> = row.get("ends_at");
-        let meta = GateMeta {
-            discount: row.get("discount_amount"),
-            min_order: row.get("min_order_amount"),
-            starts_ms: starts.timestamp_millis(),
-            ends_ms: ends.timestamp_millis(),
-            per_user: row.get::<_, i32>("per_user_limit").into(),
-            ttl_ms: i64::from(row.get::<_, i32>("reservation_ttl_seconds")) * 1000,
+        let rules = VoucherRules {
+            discount: Discount::from_columns(
+                row.get("discount_amount"),
+                row.get("discount_percent"),
+                row.get("max_discount_amount"),
+            ),
+            min_order_amount: row.get("min_order_amount"),
+            total_limit: 0, // not part of the gate's rules: it holds `remaining`
+            per_user_limit: row.get("per_user_limit"),
+            starts_at: row.get("starts_at"),
+            ends_at: row.get("ends_at"),
+            active: row.get("active"),
         };
+        let meta = GateMeta::of(
+            &rules,
+            row.get("reservation_ttl_seconds"),
+            row.get("version"),
+        );
         let remaining: i64 = row.get("remaining");
         let customers: Vec<i64> = row.get("customers");
         let actives: Vec<i32> = row.get("actives");
@@ -425,6 +684,15 @@ impl Store {
     }
 }
 
+/// Keeps the first `limit` items; the cursor of the last kept one when more followed.
+fn page_next<T>(items: &mut Vec<T>, limit: i64, cursor: impl Fn(&T) -> String) -> Option<String> {
+    if items.len() as i64 <= limit {
+        return None;
+    }
+    items.truncate(limit as usize);
+    items.last().map(cursor)
+}
+
 /// What a gate is loaded from ([`Store::gate_source`]), read in one snapshot.
 #[derive(Debug, Clone)]
 pub struct GateSource {
@@ -433,7 +701,7 @@ pub struct GateSource {
     pub meta: GateMeta,
     /// `total_limit` less the uses held.
     pub remaining: i64,
-    /// Each customer's active uses.
+    /// Each customer's active uses (empty unless asked for).
     pub users: Vec<(i64, i32)>,
 }
 

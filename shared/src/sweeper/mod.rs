@@ -9,7 +9,8 @@
 //!    Postgres row (the process died between gate and Postgres, or the event was lost) are
 //!    written as RELEASED tombstones in Postgres first, then released in the gate; pending
 //!    orders that Postgres has are just cleared;
-//! 3. **reconcile** ([`reconcile`]): each loaded gate's `remaining` is compared with
+//! 3. **reconcile** ([`reconcile`]): each loaded gate's rules are brought to Postgres' (after a
+//!    change of the voucher whose last gate step failed), and its `remaining` is compared with
 //!    `total_limit - uses held - pending not yet in Postgres`; drift is reported, and repaired
 //!    only when nothing is in flight and the figures hold still across two reads;
 //! 4. **warm-up**: flash vouchers whose sale starts within the lead are loaded.
@@ -43,6 +44,8 @@ pub struct SweepReport {
     pub orphans_recovered: u64,
     pub drift_found: u64,
     pub drift_repaired: u64,
+    /// Gates whose rules differed from Postgres' and were replaced.
+    pub rules_synced: u64,
     pub warmed: u64,
     /// Gate calls that failed; what they left is picked up by the next run.
     pub gate_errors: u64,
@@ -110,6 +113,7 @@ impl Sweeper {
             orphans_recovered = report.orphans_recovered,
             drift_found = report.drift_found,
             drift_repaired = report.drift_repaired,
+            rules_synced = report.rules_synced,
             warmed = report.warmed,
             gate_errors = report.gate_errors,
             duration_ms = report.duration_ms,
@@ -122,6 +126,7 @@ impl Sweeper {
                 ("OrphansRecovered", Unit::Count, report.orphans_recovered),
                 ("DriftFound", Unit::Count, report.drift_found),
                 ("DriftRepaired", Unit::Count, report.drift_repaired),
+                ("RulesSynced", Unit::Count, report.rules_synced),
                 ("SweepDuration", Unit::Milliseconds, report.duration_ms),
             ],
         );

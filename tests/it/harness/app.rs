@@ -398,6 +398,30 @@ impl TestApp {
             .unwrap()
     }
 
+    /// A field of the gate's `meta` hash of this voucher (None: not there).
+    pub async fn gate_meta(&self, code: &str, field: &str) -> Option<String> {
+        let mut r = self.redis().await;
+        redis::cmd("HGET")
+            .arg(self.gate_keys(code).meta)
+            .arg(field)
+            .query_async(&mut r)
+            .await
+            .unwrap()
+    }
+
+    /// Overwrites a field of the gate's `meta` hash, as a change that did not reach it would
+    /// leave it.
+    pub async fn set_gate_meta(&self, code: &str, field: &str, value: &str) {
+        let mut r = self.redis().await;
+        let _: () = redis::cmd("HSET")
+            .arg(self.gate_keys(code).meta)
+            .arg(field)
+            .arg(value)
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    }
+
     /// Overwrites the gate's `remaining`, as drift would.
     pub async fn set_gate_remaining(&self, code: &str, remaining: i64) {
         let mut r = self.redis().await;

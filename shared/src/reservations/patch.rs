@@ -1,0 +1,202 @@
+//! Changing a voucher after creation (`PATCH /vouchers/{code}`).
+//!
+//! A standard voucher changes in Postgres alone, in one call to `fg_patch_voucher`. A flash-sale
+//! voucher's rules and uses left also live in the gate, which decides without Postgres; the
+//! change goes in three steps under the voucher's gate lock (the `loading` key, so no loader
+//! and no reconciler repair runs in between):
+//!
+//! 1. the gate takes rules that refuse whatever the old *or* the new rules refuse, and gives up
+//!    the uses a lower limit takes away (refused when the uses granted, in flight ones included,
+//!    exceed the new limit: LIMIT_BELOW_USED, nothing changed);
+//! 2. Postgres takes the new rules and limit (`fg_patch_voucher`);
+//! 3. the gate takes the new rules and the uses a higher limit adds.
+//!
+//! So at no moment do the gate and Postgres together grant what either the old or the new
+//! rules refuse. A failure after step 1 leaves the gate stricter than Postgres, never looser:
+//! a few uses held back, none handed out twice; the sweeper's reconciler copies the rules and
+//! repairs the count from Postgres once the lock is gone. See docs/ARCHITECTURE.md, "Changing a
+//! voucher".
+
+use std::time::{Duration, Instant};
+
+use super::Reservations;
+use crate::domain::{GateMeta, VoucherCode, VoucherPatch, VoucherView};
+use crate::errors::{GetVoucherError, PatchVoucherError};
+use crate::gate::Patched;
+use crate::store::{PatchOutcome, VoucherState};
+use crate::telemetry::Chain;
+
+/// The gate lock's life when a change holds it: far beyond the few round trips a change takes,
+/// so it expires only if its holder died.
+const LOCK_TTL: Duration = Duration::from_secs(10);
+/// How long a change waits for a loader or another change to let go of the lock.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+/// A standard voucher's change is recomputed when another landed first, this many times.
+const ATTEMPTS: usize = 5;
+
+impl Reservations {
+    pub async fn patch_voucher(
+        &self,
+        code: &VoucherCode,
+        patch: &VoucherPatch,
+    ) -> Result<VoucherView, PatchVoucherError> {
+        for _ in 0..ATTEMPTS {
+            let state = self.state(code).await?;
+            let done = if state.flash_sale {
+                self.patch_flash(code, patch).await?
+            } else {
+                self.patch_in_postgres(code, &state, patch).await?
+            };
+            if done {
+                return self.store.voucher(code).await.map_err(|e| match e {
+                    GetVoucherError::NotFound(c) => PatchVoucherError::NotFound(c),
+                    GetVoucherError::Invalid(e) => e.into(),
+                    GetVoucherError::Unavailable(e) => e.into(),
+                });
+            }
+        }
+        Err(PatchVoucherError::Busy)
+    }
+
+    async fn state(&self, code: &VoucherCode) -> Result<VoucherState, PatchVoucherError> {
+        self.store
+            .voucher_state(code)
+            .await?
+            .ok_or_else(|| PatchVoucherError::NotFound(code.as_str().to_owned()))
+    }
+
+    /// A standard voucher: false when another change landed since `state` was read.
+    async fn patch_in_postgres(
+        &self,
+        code: &VoucherCode,
+        state: &VoucherState,
+        patch: &VoucherPatch,
+    ) -> Result<bool, PatchVoucherError> {
+        let next = patch.apply(&state.rules)?;
+        if next == state.rules {
+            return Ok(true);
+        }
+        Ok(written(
+            code,
+            self.store.patch_voucher(code, state.version, &next).await?,
+        )?
+        .is_some())
+    }
+
+    async fn patch_flash(
+        &self,
+        code: &VoucherCode,
+        patch: &VoucherPatch,
+    ) -> Result<bool, PatchVoucherError> {
+        // Unique per call, so that only this call's lock is ever released by it.
+        let token = uuid::Uuid::new_v4().to_string();
+        let deadline = Instant::now() + LOCK_WAIT;
+        while !self.gate.try_lock_loading(code, &token, LOCK_TTL).await? {
+            if Instant::now() > deadline {
+                return Err(PatchVoucherError::Busy);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let result = self.patch_flash_locked(code, patch, &token).await;
+        if let Err(e) = self.gate.unlock_loading(code, &token).await {
+            // It expires by itself within LOCK_TTL.
+            tracing::warn!(code = code.as_str(), error = %Chain(&e), "gate lock not released");
+        }
+        result
+    }
+
+    async fn patch_flash_locked(
+        &self,
+        code: &VoucherCode,
+        patch: &VoucherPatch,
+        token: &str,
+    ) -> Result<bool, PatchVoucherError> {
+        // Read under the lock: no other change of this voucher runs now.
+        let state = self.state(code).await?;
+        let next = patch.apply(&state.rules)?;
+        if next == state.rules {
+            return Ok(true);
+        }
+        let ttl = state.reservation_ttl_seconds;
+        let old = GateMeta::of(&state.rules, ttl, state.version);
+        let delta = i64::from(next.total_limit) - i64::from(state.rules.total_limit);
+
+        // 1. The gate refuses what either rules refuse, and gives up what a lower limit takes.
+        let strict = old.stricter(&GateMeta::of(&next, ttl, state.version));
+        match self
+            .gate
+            .patch(code, token, delta.min(0), Some(&strict))
+            .await?
+        {
+            Patched::Applied | Patched::NotLoaded => {}
+            Patched::LimitBelowUsed => {
+                return Err(PatchVoucherError::LimitBelowUsed(
+                    "the uses granted, those still on their way to the database included, \
+                     exceed it"
+                        .into(),
+                ))
+            }
+            Patched::LockLost => return Err(PatchVoucherError::Busy),
+        }
+
+        // 2. Postgres.
+        let version = match self.store.patch_voucher(code, state.version, &next).await {
+            Ok(outcome) => match written(code, outcome) {
+                Ok(Some(version)) => version,
+                refused => {
+                    // Nothing was written: the gate goes back to the old rules and count.
+                    self.gate_step(code, token, -delta.min(0), &old).await;
+                    return refused.map(|_| false);
+                }
+            },
+            // Whether it committed is unknown: the gate stays the stricter of the two, and the
+            // reconciler brings it to what Postgres holds once the lock is gone.
+            Err(e) => return Err(e.into()),
+        };
+
+        // 3. The gate takes the new rules and what a higher limit adds.
+        self.gate_step(
+            code,
+            token,
+            delta.max(0),
+            &GateMeta::of(&next, ttl, version),
+        )
+        .await;
+        if delta > 0 || (next.active && !state.rules.active) {
+            self.flash.limit_raised(code);
+        }
+        Ok(true)
+    }
+
+    /// A gate step after Postgres has decided. A failure leaves the gate stricter than
+    /// Postgres (it is logged; the reconciler repairs it).
+    async fn gate_step(&self, code: &VoucherCode, token: &str, delta: i64, meta: &GateMeta) {
+        match self.gate.patch(code, token, delta, Some(meta)).await {
+            Ok(Patched::Applied | Patched::NotLoaded) => {}
+            Ok(other) => {
+                tracing::error!(
+                    code = code.as_str(),
+                    ?other,
+                    delta,
+                    "gate change not applied"
+                )
+            }
+            Err(e) => {
+                tracing::error!(code = code.as_str(), error = %Chain(&e), delta, "gate change failed")
+            }
+        }
+    }
+}
+
+/// `fg_patch_voucher`'s outcome: the new version, None when another change landed first, or
+/// the refusal.
+fn written(code: &VoucherCode, outcome: PatchOutcome) -> Result<Option<i64>, PatchVoucherError> {
+    match outcome {
+        PatchOutcome::Applied(version) => Ok(Some(version)),
+        PatchOutcome::Stale => Ok(None),
+        PatchOutcome::NotFound => Err(PatchVoucherError::NotFound(code.as_str().to_owned())),
+        PatchOutcome::LimitBelowUsed(detail) => Err(PatchVoucherError::LimitBelowUsed(format!(
+            "below the uses held ({detail})"
+        ))),
+    }
+}
