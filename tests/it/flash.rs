@@ -569,13 +569,16 @@ async fn the_repair_never_raises_the_gate_while_an_order_is_pending() {
     let reply = gate.reserve(&code, 1, "flying", 10, now).await.unwrap();
     assert_eq!(reply.outcome, ReserveOutcome::Reserved);
     // What a reconciler that counted nothing in flight would do: 4 -> 5.
-    assert!(!gate.repair_remaining(&code, 4, 5, 1).await.unwrap());
+    assert!(!gate.repair_remaining(&code, 4, 5, 1, 1).await.unwrap());
     assert_eq!(app.gate_remaining("RACE").await, Some(4));
     gate.settled(&code, "flying").await.unwrap();
     // Nor when the voucher changed since the figure was computed.
-    assert!(!gate.repair_remaining(&code, 4, 5, 0).await.unwrap());
+    assert!(!gate.repair_remaining(&code, 4, 5, 0, 1).await.unwrap());
+    // Nor when an order's use came back to the gate since it was read (one active order now,
+    // two then).
+    assert!(!gate.repair_remaining(&code, 4, 5, 1, 2).await.unwrap());
     // With nothing pending (its row landed and the mark was cleared), the repair goes through.
-    assert!(gate.repair_remaining(&code, 4, 5, 1).await.unwrap());
+    assert!(gate.repair_remaining(&code, 4, 5, 1, 1).await.unwrap());
     assert_eq!(app.gate_remaining("RACE").await, Some(5));
 }
 

@@ -301,3 +301,89 @@ async fn the_sweeper_function_handles_an_eventbridge_schedule() {
     assert_eq!(report.expired, 1);
     assert_eq!(app.view("LAMBDA").await["remaining"], 2);
 }
+
+/// A release that reached Postgres but not the gate (its gate step is on its way, or failed):
+/// the sweep finishes it, once. The model checker found that the reconciler used to count its
+/// use as back already and raise `remaining`, after which the release's own gate step gave the
+/// same use back a second time: the gate then held one use more than the limit.
+#[tokio::test]
+async fn a_release_in_flight_gives_its_use_back_once() {
+    let app = TestApp::spawn_mode(true).await;
+    app.voucher("TWICE", 2, json!({})).await;
+    assert_eq!(
+        app.reserve("TWICE", 1, "o1", 10).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(app.gate_remaining("TWICE").await, Some(1));
+    let code = voucher_code("TWICE");
+    let order = shared::domain::OrderId::parse("o1").unwrap();
+
+    // The release's Postgres step, and nothing yet in the gate.
+    let released = app.app.store().release(&code, &order).await.unwrap();
+    assert!(released.is_some_and(|m| m.outcome == MergeOutcome::Applied));
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.releases_finished, 1);
+    assert_eq!(report.drift_repaired, 0);
+    assert_eq!(app.gate_remaining("TWICE").await, Some(2));
+
+    // The release's own gate step comes late: the use is back already.
+    let late = app
+        .app
+        .gate()
+        .remove(&code, "o1", shared::gate::Removal::Release, Some(1))
+        .await
+        .unwrap();
+    assert_eq!(late, shared::gate::Removed::Already);
+    assert_eq!(
+        app.gate_remaining("TWICE").await,
+        Some(2),
+        "never above the limit"
+    );
+    assert_eq!(app.app.sweeper().sweep().await.unwrap().drift_found, 0);
+    // And the customer's count in the gate came back with it: they may reserve again.
+    assert_eq!(
+        app.reserve("TWICE", 1, "o2", 10).await.0,
+        StatusCode::CREATED
+    );
+}
+
+/// A release whose gate step failed (Redis unreachable at that moment) no longer leaves the
+/// customer counted in the gate for the rest of the sale.
+#[tokio::test]
+async fn a_failed_gate_release_is_finished_by_the_sweep() {
+    let app = TestApp::builder()
+        .flash(true)
+        .with_redis_proxy()
+        .spawn()
+        .await;
+    app.voucher("LOST", 2, json!({})).await;
+    assert_eq!(
+        app.reserve("LOST", 7, "o1", 10).await.0,
+        StatusCode::CREATED
+    );
+    app.redis_proxy().set_up(false);
+    let (status, _) = app
+        .call("DELETE", "/vouchers/LOST/reservations/o1", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "released in Postgres");
+    app.redis_proxy().set_up(true);
+    let (status, body) = app.reserve("LOST", 7, "o2", 10).await;
+    assert_eq!(
+        (status, shared_error(&body)),
+        (StatusCode::CONFLICT, "ALREADY_USED".into()),
+        "the gate still counts customer 7"
+    );
+
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.releases_finished, 1);
+    assert_eq!(
+        app.reserve("LOST", 7, "o2", 10).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(app.gate_remaining("LOST").await, Some(1));
+    assert_eq!(app.view("LOST").await["usedCount"], 1);
+}
+
+fn shared_error(body: &str) -> String {
+    crate::harness::error_of(body)
+}

@@ -140,6 +140,7 @@ pub struct Gate {
     patch: Script,
     sync: Script,
     repair: Script,
+    actives: Script,
     lookup: Script,
     unlock: Script,
 }
@@ -207,7 +208,8 @@ impl Gate {
             load: Script::new(include_str!("../../../lua/load.lua")),
             patch: Script::new(include_str!("../../../lua/patch.lua")),
             sync: Script::new(include_str!("../../../lua/sync.lua")),
-            repair: Script::new(include_str!("../../../lua/repair.lua")),
+            repair: script(&[ENTRY], include_str!("../../../lua/repair.lua")),
+            actives: script(&[ENTRY], include_str!("../../../lua/actives.lua")),
             unlock: Script::new(include_str!("../../../lua/unlock.lua")),
         })
     }
@@ -387,14 +389,48 @@ impl Gate {
         .await
     }
 
-    /// Sets `remaining` to `to` only if it still reads `from`, no order is pending, nobody holds
-    /// the gate lock, and the gate's rules are of `version` (the reconciler's repair).
+    /// `remaining` and the orders holding a use in the gate (orderId, customer), read in one
+    /// step (None: not loaded).
+    pub async fn actives(
+        &self,
+        code: &VoucherCode,
+    ) -> Result<Option<(i64, Vec<(String, i64)>)>, GateError> {
+        let k = self.keys(code);
+        let reply: Vec<String> = self
+            .bounded(|mut c| async move {
+                self.actives
+                    .key(&k.remaining)
+                    .key(&k.orders)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        let Some((remaining, pairs)) = reply.split_first() else {
+            return Err(GateError::Reply("empty".into()));
+        };
+        if remaining.is_empty() {
+            return Ok(None);
+        }
+        let orders = pairs
+            .chunks(2)
+            .map(|p| match p {
+                [order, customer] => Ok((order.clone(), num(customer)?)),
+                _ => Err(GateError::Reply(format!("{reply:?}"))),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Some((num(remaining)?, orders)))
+    }
+
+    /// Sets `remaining` to `to` only if it still reads `from`, no order is pending, `active`
+    /// orders hold a use as when it was read, nobody holds the gate lock, and the gate's rules
+    /// are of `version` (the reconciler's repair).
     pub async fn repair_remaining(
         &self,
         code: &VoucherCode,
         from: i64,
         to: i64,
         version: i64,
+        active: usize,
     ) -> Result<bool, GateError> {
         let k = self.keys(code);
         let done: i64 = self
@@ -404,9 +440,11 @@ impl Gate {
                     .key(&k.pending)
                     .key(&k.meta)
                     .key(&k.loading)
+                    .key(&k.orders)
                     .arg(from)
                     .arg(to)
                     .arg(version)
+                    .arg(active)
                     .invoke_async(&mut c)
                     .await
             })

@@ -621,6 +621,31 @@ impl Store {
         }))
     }
 
+    /// For the reconciler, in one snapshot: `total_limit` less the uses held, the voucher's
+    /// version, and which of `orders` (held in the gate) Postgres has released (None: no such
+    /// voucher).
+    pub async fn released_among(
+        &self,
+        code: &VoucherCode,
+        orders: &[&str],
+    ) -> Result<Option<(i64, i64, Vec<String>)>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT v.total_limit - fg_used(v.code) AS remaining, v.version,
+                        ARRAY(SELECT r.order_id FROM redemption r
+                               WHERE r.voucher_code = v.code AND r.order_id = ANY($2)
+                                 AND r.status = 3) AS released
+                   FROM voucher v WHERE v.code = $1",
+                &[(&code.as_str(), Type::TEXT), (&orders, Type::TEXT_ARRAY)],
+            )
+            .await?;
+        Ok(rows
+            .first()
+            .map(|r| (r.get("remaining"), r.get("version"), r.get("released"))))
+    }
+
     /// What the gate is loaded from, read in one snapshot: the voucher's rules at their
     /// version, the uses left (`total_limit` less the uses held, never `total_limit`) and, with
     /// `with_users`, each customer's active uses (the reconciler needs only the rest).

@@ -46,6 +46,8 @@ pub struct SweepReport {
     pub drift_repaired: u64,
     /// Gates whose rules differed from Postgres' and were replaced.
     pub rules_synced: u64,
+    /// Releases that reached Postgres but not the gate, finished by the sweep.
+    pub releases_finished: u64,
     pub warmed: u64,
     /// Gate calls that failed; what they left is picked up by the next run.
     pub gate_errors: u64,
@@ -114,6 +116,7 @@ impl Sweeper {
             drift_found = report.drift_found,
             drift_repaired = report.drift_repaired,
             rules_synced = report.rules_synced,
+            releases_finished = report.releases_finished,
             warmed = report.warmed,
             gate_errors = report.gate_errors,
             duration_ms = report.duration_ms,
@@ -127,6 +130,7 @@ impl Sweeper {
                 ("DriftFound", Unit::Count, report.drift_found),
                 ("DriftRepaired", Unit::Count, report.drift_repaired),
                 ("RulesSynced", Unit::Count, report.rules_synced),
+                ("ReleasesFinished", Unit::Count, report.releases_finished),
                 ("SweepDuration", Unit::Milliseconds, report.duration_ms),
             ],
         );

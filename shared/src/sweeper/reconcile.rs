@@ -1,11 +1,25 @@
-//! Gate against Postgres: the rules are copied when they differ; drift of the count is
-//! reported, and repaired only when it holds still.
+//! Gate against Postgres: the rules are copied when they differ; releases that reached
+//! Postgres but not the gate are finished; drift of the count is reported, and repaired only
+//! when it holds still.
 
 use std::time::Duration;
 
 use super::{SweepReport, Sweeper};
 use crate::domain::VoucherCode;
 use crate::errors::SweepError;
+use crate::gate::{Removal, Removed};
+
+/// What the reconciler read: the gate's `remaining` and the orders holding a use there, then
+/// (after, in one Postgres snapshot) `total_limit` less the uses held, the voucher's version,
+/// and which of those orders Postgres has released.
+#[derive(Debug, PartialEq, Eq)]
+struct Reading {
+    gate: i64,
+    actives: Vec<(String, i64)>,
+    expected: i64,
+    version: i64,
+    released: Vec<String>,
+}
 
 impl Sweeper {
     /// Brings the gate's rules to Postgres', then compares the gate's `remaining` with
@@ -30,57 +44,92 @@ impl Sweeper {
             }
         }
 
-        let Some((gate, expected, version)) = self.read_remaining(code).await? else {
+        let Some(reading) = self.read(code).await? else {
             return Ok(());
         };
-        let expected = expected - in_flight as i64;
-        if gate == expected {
+        let expected = reading.expected - in_flight as i64;
+        if reading.gate == expected && reading.released.is_empty() {
             return Ok(());
         }
         report.drift_found += 1;
         tracing::warn!(
             code = code.as_str(),
-            gate,
+            gate = reading.gate,
             expected,
-            drift = gate - expected,
+            drift = reading.gate - expected,
             in_flight,
+            releases_unfinished = reading.released.len(),
             "gate drift"
         );
         if in_flight > 0 {
             return Ok(());
         }
-        // Repair only figures that hold still: read again, then compare-and-set in Redis (which
-        // also checks that no change of the limit came in between: the version).
+        // Released in Postgres, still holding a use in the gate: a release whose gate step
+        // failed, or is on its way. Each is finished here (a tombstone makes the other one's
+        // step find ALREADY, so the use comes back once), and nothing is repaired in this run:
+        // counted as held now, that use would be given back twice.
+        if !reading.released.is_empty() {
+            for (order, customer) in &reading.actives {
+                if !reading.released.contains(order) {
+                    continue;
+                }
+                let removed = self
+                    .gate
+                    .remove(code, order, Removal::Release, Some(*customer))
+                    .await;
+                if report.gate_ok(removed) == Some(Removed::Released) {
+                    report.releases_finished += 1;
+                    tracing::warn!(code = code.as_str(), order_id = %order, "gate release finished");
+                }
+            }
+            return Ok(());
+        }
+        // Repair only figures that hold still: read again, then compare-and-set in Redis, which
+        // also checks that no reserve, release or change of the limit came in between.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        if self.read_remaining(code).await? != Some((gate, expected, version)) {
+        if self.read(code).await?.as_ref() != Some(&reading) {
             return Ok(());
         }
         let repaired = self
             .gate
-            .repair_remaining(code, gate, expected, version)
+            .repair_remaining(
+                code,
+                reading.gate,
+                reading.expected,
+                reading.version,
+                reading.actives.len(),
+            )
             .await;
         if report.gate_ok(repaired) == Some(true) {
             report.drift_repaired += 1;
             tracing::warn!(
                 code = code.as_str(),
-                from = gate,
-                to = expected,
+                from = reading.gate,
+                to = reading.expected,
                 "gate drift repaired"
             );
         }
         Ok(())
     }
 
-    /// The gate's `remaining`, then Postgres' `total_limit` less the uses held and the version
-    /// of the voucher it was read at (None: either does not have the voucher).
-    async fn read_remaining(
-        &self,
-        code: &VoucherCode,
-    ) -> Result<Option<(i64, i64, i64)>, SweepError> {
-        let Some(gate) = self.gate.remaining(code).await? else {
+    /// The gate first, then Postgres (None: either does not have the voucher). In this order, a
+    /// release that reached Postgres before the second read shows as released, and one that
+    /// reaches it after is still counted as held there: either way its use is counted once.
+    async fn read(&self, code: &VoucherCode) -> Result<Option<Reading>, SweepError> {
+        let Some((gate, actives)) = self.gate.actives(code).await? else {
             return Ok(None);
         };
-        let source = self.store.gate_source(code, false).await?;
-        Ok(source.map(|s| (gate, s.remaining, s.meta.version)))
+        let orders: Vec<&str> = actives.iter().map(|(o, _)| o.as_str()).collect();
+        let Some((expected, version, released)) = self.store.released_among(code, &orders).await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Reading {
+            gate,
+            actives,
+            expected,
+            version,
+            released,
+        }))
     }
 }
