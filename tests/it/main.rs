@@ -11,5 +11,6 @@ mod flash;
 mod lambda;
 mod lattice;
 mod lifecycle;
+mod properties;
 mod slots;
 mod sweeper;
