@@ -195,6 +195,8 @@ pub enum ConfirmError {
     NotFound,
     #[error("reservation was released and cannot be confirmed")]
     Released,
+    #[error("the reservation may still be on its way to the database; retry shortly")]
+    Pending,
     #[error("the database is unavailable")]
     Unavailable(#[from] StoreError),
     #[error("redis is unavailable")]
@@ -207,6 +209,8 @@ pub enum ReleaseError {
     Invalid(#[from] Invalid),
     #[error("no reservation for this voucher and orderId")]
     NotFound,
+    #[error("the reservation may still be on its way to the database; retry shortly")]
+    Pending,
     #[error("the database is unavailable")]
     Unavailable(#[from] StoreError),
     #[error("redis is unavailable")]
@@ -236,6 +240,10 @@ pub enum WarmupError {
 /// What can fail while a mode-B confirm or release writes a reservation from the gate.
 #[derive(Debug, thiserror::Error)]
 pub enum FromGateError {
+    /// Neither Postgres nor the gate knows the order, but events are still on their way (Redis
+    /// may have lost the entry of an order whose event has not landed): not "not found" yet.
+    #[error("the reservation may still be on its way to the database; retry shortly")]
+    Pending,
     #[error("the database is unavailable")]
     Store(#[from] StoreError),
     #[error("redis is unavailable")]
@@ -245,6 +253,7 @@ pub enum FromGateError {
 impl From<FromGateError> for ConfirmError {
     fn from(e: FromGateError) -> Self {
         match e {
+            FromGateError::Pending => ConfirmError::Pending,
             FromGateError::Store(e) => ConfirmError::Unavailable(e),
             FromGateError::Gate(e) => ConfirmError::Gate(e),
         }
@@ -254,6 +263,7 @@ impl From<FromGateError> for ConfirmError {
 impl From<FromGateError> for ReleaseError {
     fn from(e: FromGateError) -> Self {
         match e {
+            FromGateError::Pending => ReleaseError::Pending,
             FromGateError::Store(e) => ReleaseError::Unavailable(e),
             FromGateError::Gate(e) => ReleaseError::Gate(e),
         }

@@ -483,3 +483,54 @@ async fn a_batch_lands_together_and_a_message_postgres_rejects_fails_alone() {
     );
     assert_eq!(app.view("BATCH").await["revokedCount"], 1);
 }
+
+/// After Redis lost its data, an order answered 201 whose event has not landed is in neither
+/// the gate nor Postgres. Its confirm (and release) answers 503, retry, while events are on the
+/// queue, never 404; once the event has landed it confirms. The chaos run found the 404.
+#[tokio::test]
+async fn a_confirm_after_redis_lost_its_data_waits_for_the_event_instead_of_404() {
+    let app = TestApp::builder()
+        .with_events(3)
+        .setting("EVENTS_POLL", "false")
+        .spawn()
+        .await;
+    app.voucher("LOSS", 5, json!({"flashSale": true})).await;
+    assert_eq!(
+        app.reserve("LOSS", 1, "a", 111).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        app.reserve("LOSS", 2, "b", 111).await.0,
+        StatusCode::CREATED
+    );
+    app.flush_gate().await;
+
+    let (status, body) = app
+        .call("POST", "/vouchers/LOSS/reservations/a/confirm", None)
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let (status, body) = app
+        .call("DELETE", "/vouchers/LOSS/reservations/b", None)
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+
+    for body in drain(&app).await {
+        app.app.consumer().consume(&body).await.unwrap();
+    }
+    let (status, body) = app
+        .json("POST", "/vouchers/LOSS/reservations/a/confirm", None)
+        .await;
+    assert_eq!(
+        (status, &body["status"]),
+        (StatusCode::OK, &json!("CONFIRMED"))
+    );
+    let (status, _) = app
+        .call("DELETE", "/vouchers/LOSS/reservations/b", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // With the queue drained, an order nobody reserved is not found.
+    let (status, _) = app
+        .call("POST", "/vouchers/LOSS/reservations/never/confirm", None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

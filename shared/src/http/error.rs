@@ -243,6 +243,7 @@ impl From<ConfirmError> for ApiError {
             ConfirmError::Released => {
                 ApiError::new(StatusCode::CONFLICT, "RESERVATION_RELEASED", message)
             }
+            ConfirmError::Pending => ApiError::unavailable(message),
             ConfirmError::Unavailable(e) => e.into(),
             ConfirmError::Gate(e) => e.into(),
         }
@@ -257,6 +258,7 @@ impl From<ReleaseError> for ApiError {
             ReleaseError::NotFound => {
                 ApiError::new(StatusCode::NOT_FOUND, "RESERVATION_NOT_FOUND", message)
             }
+            ReleaseError::Pending => ApiError::unavailable(message),
             ReleaseError::Unavailable(e) => e.into(),
             ReleaseError::Gate(e) => e.into(),
         }

@@ -277,12 +277,20 @@ impl Flash {
         order_id: &OrderId,
         status: Status,
     ) -> Result<Option<Merged>, FromGateError> {
-        if self.events.is_none() {
+        let Some(events) = &self.events else {
             return Ok(None);
-        }
+        };
         let order = order_id.as_str();
         let (held, order_amount) = match self.gate.order(code, order).await? {
-            None => return Ok(None),
+            // Unknown to both. If Redis lost its data, the order may be one whose event is
+            // still on the queue: it is "not found" only once the queue has drained (the chaos
+            // run found 201s answered 404 on confirm this way).
+            None => {
+                return match events.in_flight().await {
+                    Ok(0) => Ok(None),
+                    _ => Err(FromGateError::Pending),
+                }
+            }
             Some(OrderEntry::Tombstone(_)) => {
                 return Ok(Some(Merged {
                     outcome: MergeOutcome::Unchanged,

@@ -205,13 +205,20 @@ impl Reservations {
         let row = match self.store.confirm(code, order_id).await? {
             Some(row) => row,
             // Mode B: the reserved event may not have landed yet; the gate knows the order.
-            None => self
+            None => match self
                 .flash
                 .merge_from_gate(code, order_id, Status::Confirmed)
                 .await?
-                .ok_or(ConfirmError::NotFound)?
-                .row
-                .ok_or(ConfirmError::Released)?,
+            {
+                Some(merged) => merged.row.ok_or(ConfirmError::Released)?,
+                // Unknown to the gate, nothing in flight: one last look in Postgres, for an
+                // event that landed while we looked elsewhere (the chaos run met that race).
+                None => self
+                    .store
+                    .confirm(code, order_id)
+                    .await?
+                    .ok_or(ConfirmError::NotFound)?,
+            },
         };
         if row.status != Status::Confirmed {
             return Err(ConfirmError::Released);
@@ -231,11 +238,19 @@ impl Reservations {
         let merged = match self.store.release(code, order_id).await? {
             Some(merged) => merged,
             // Mode B: released before its reserved event landed.
-            None => self
+            None => match self
                 .flash
                 .merge_from_gate(code, order_id, Status::Released)
                 .await?
-                .ok_or(ReleaseError::NotFound)?,
+            {
+                Some(merged) => merged,
+                // As for confirm: the event may have landed meanwhile.
+                None => self
+                    .store
+                    .release(code, order_id)
+                    .await?
+                    .ok_or(ReleaseError::NotFound)?,
+            },
         };
         self.flash.released(code, order_id, &merged).await;
         Ok(())
