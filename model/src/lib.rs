@@ -62,6 +62,8 @@ pub struct Protocol {
     /// Mode B: events delivered twice, and events lost.
     pub duplicates: u8,
     pub losses: u8,
+    /// Clients may confirm their 201s (more states: some runs leave it out).
+    pub confirms: bool,
     pub mutation: Option<Mutation>,
 }
 
@@ -150,6 +152,11 @@ pub enum Req {
         client: u8,
         stamp: u8,
     },
+    /// The client confirms its order: Postgres, or in mode B from the gate's entry when the
+    /// row has not landed.
+    Confirm {
+        client: u8,
+    },
     /// The client releases its order: Postgres first, then the gate.
     Release {
         client: u8,
@@ -194,6 +201,8 @@ pub struct State {
     pub answers: Vec<Vec<Answer>>,
     /// The client released its order (it asked once).
     pub released: Vec<bool>,
+    /// The client confirmed its order (it asked once).
+    pub confirmed: Vec<bool>,
     pub stamps: u8,
     pub crashes: u8,
     pub redis_losses: u8,
@@ -205,6 +214,7 @@ pub struct State {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
     Send(u8),
+    ConfirmOrder(u8),
     ReleaseOrder(u8),
     Step(usize),
     Warm,
@@ -390,7 +400,7 @@ impl Protocol {
         actions.into_iter().all(|a| match a {
             // Faults and clients acting of their own accord are not work left to do.
             Action::Crash | Action::RedisLoss | Action::Duplicate(_) | Action::Lose(_) => true,
-            Action::Send(_) | Action::ReleaseOrder(_) => true,
+            Action::Send(_) | Action::ConfirmOrder(_) | Action::ReleaseOrder(_) => true,
             a => self.next_state(s, a).is_none(),
         })
     }
@@ -429,6 +439,7 @@ impl Model for Protocol {
             sends_left: vec![self.sends; n],
             answers: vec![Vec::new(); n],
             released: vec![false; n],
+            confirmed: vec![false; n],
             stamps: 0,
             crashes: 0,
             redis_losses: 0,
@@ -449,6 +460,9 @@ impl Model for Protocol {
                 .any(|a| matches!(a, Answer::Reserved(_)));
             if told && !s.released[i] && !busy {
                 actions.push(Action::ReleaseOrder(i as u8));
+                if self.confirms && !s.confirmed[i] {
+                    actions.push(Action::ConfirmOrder(i as u8));
+                }
             }
         }
         for i in 0..s.reqs.len() {
@@ -484,6 +498,10 @@ impl Model for Protocol {
             Action::Send(c) => {
                 s.sends_left[c as usize] -= 1;
                 s.reqs.push(Req::Reserve { client: c });
+            }
+            Action::ConfirmOrder(c) => {
+                s.confirmed[c as usize] = true;
+                s.reqs.push(Req::Confirm { client: c });
             }
             Action::ReleaseOrder(c) => {
                 s.released[c as usize] = true;
@@ -705,6 +723,7 @@ fn req_client(r: &Req) -> Option<u8> {
         | Req::Settle { client, .. }
         | Req::Send { client, .. }
         | Req::Answer { client, .. }
+        | Req::Confirm { client }
         | Req::Release { client } => Some(client),
         Req::ReleaseGate { .. } | Req::SweepGate { .. } => None,
     }
@@ -797,6 +816,28 @@ impl Protocol {
                 s.reqs.push(Req::Answer { client, stamp });
             }
             Req::Answer { client, stamp } => self.answer(s, client, Answer::Reserved(stamp)),
+            Req::Confirm { client } => {
+                let (order, customer) = self.clients[client as usize];
+                let o = order as usize;
+                match s.rows[o] {
+                    Row::Reserved(c, stamp) if c == customer => {
+                        s.rows[o] = Row::Confirmed(c, stamp)
+                    }
+                    // Mode B, the event not landed: the row is written CONFIRMED from the
+                    // gate's entry (`Merge::held`), taking the use as a reserve would.
+                    Row::None if self.mode == Mode::B => {
+                        if let Entry::Active(c, stamp) = s.entries[o] {
+                            let held = s.rows.iter().any(|r| r.active() && r.customer() == Some(c));
+                            if !held && s.used < self.limit {
+                                s.rows[o] = Row::Confirmed(c, stamp);
+                                s.used += 1;
+                                s.pending[o] = false;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
             Req::Release { client } => {
                 // `Store::release`, or in mode B from the gate's entry when the row has not
                 // landed; then the gate.
@@ -832,11 +873,12 @@ impl fmt::Display for Protocol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "mode {:?}, limit {}, clients {:?}, {} sends each, {} crash(es), {} Redis loss(es), {} duplicate(s), {} lost event(s){}",
+            "mode {:?}, limit {}, clients {:?}, {} sends each{}, {} crash(es), {} Redis loss(es), {} duplicate(s), {} lost event(s){}",
             self.mode,
             self.limit,
             self.clients,
             self.sends,
+            if self.confirms { ", confirms" } else { "" },
             self.crashes,
             self.redis_losses,
             self.duplicates,

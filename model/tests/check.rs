@@ -16,6 +16,7 @@ fn protocol(mode: Mode) -> Protocol {
         redis_losses: 1,
         duplicates: if mode == Mode::B { 1 } else { 0 },
         losses: if mode == Mode::B { 1 } else { 0 },
+        confirms: true,
         mutation: None,
     }
 }
@@ -43,6 +44,7 @@ fn mode_a_keeps_every_promise_under_crashes_and_redis_data_loss() {
 fn mode_b_keeps_every_promise_under_duplicates_losses_and_crashes() {
     check(Protocol {
         redis_losses: 0,
+        confirms: false,
         ..protocol(Mode::B)
     })
     .assert_properties();
@@ -65,6 +67,8 @@ fn a_reused_order_id_never_takes_or_steals_a_use() {
     for mode in [Mode::A, Mode::B] {
         check(Protocol {
             clients: vec![(0, 0), (0, 1)],
+            duplicates: 0,
+            losses: 0,
             ..protocol(mode)
         })
         .assert_properties();
@@ -90,6 +94,7 @@ fn mode_b() -> Protocol {
         crashes: 0,
         duplicates: 0,
         losses: 0,
+        confirms: false,
         ..protocol(Mode::B)
     }
 }
