@@ -268,6 +268,11 @@ impl Flash {
         }
     }
 
+    /// Consistency mode B: winners travel as events.
+    pub(super) fn mode_b(&self) -> bool {
+        self.events.is_some()
+    }
+
     /// Mode B: writes a reservation that is still on its way to Postgres from what the gate
     /// holds, with `status`; the late event then merges into nothing. None: mode A, or the gate
     /// does not know the order. A tombstone gives a merge without a row (released).

@@ -211,13 +211,14 @@ impl Reservations {
                 .await?
             {
                 Some(merged) => merged.row.ok_or(ConfirmError::Released)?,
-                // Unknown to the gate, nothing in flight: one last look in Postgres, for an
-                // event that landed while we looked elsewhere (the chaos run met that race).
-                None => self
+                // Mode B, unknown to the gate, nothing in flight: one last look in Postgres, for
+                // an event that landed while we looked elsewhere (the chaos run met that race).
+                None if self.flash.mode_b() => self
                     .store
                     .confirm(code, order_id)
                     .await?
                     .ok_or(ConfirmError::NotFound)?,
+                None => return Err(ConfirmError::NotFound),
             },
         };
         if row.status != Status::Confirmed {
@@ -245,11 +246,12 @@ impl Reservations {
             {
                 Some(merged) => merged,
                 // As for confirm: the event may have landed meanwhile.
-                None => self
+                None if self.flash.mode_b() => self
                     .store
                     .release(code, order_id)
                     .await?
                     .ok_or(ReleaseError::NotFound)?,
+                None => return Err(ReleaseError::NotFound),
             },
         };
         self.flash.released(code, order_id, &merged).await;

@@ -40,12 +40,17 @@ impl Reservations {
         code: &VoucherCode,
         patch: &VoucherPatch,
     ) -> Result<VoucherView, PatchVoucherError> {
+        // The kind never changes (it is cached); the state is read where the change is made.
+        let flash_sale = self
+            .kind(code)
+            .await?
+            .ok_or_else(|| PatchVoucherError::NotFound(code.as_str().to_owned()))?
+            .flash_sale;
         for _ in 0..ATTEMPTS {
-            let state = self.state(code).await?;
-            let done = if state.flash_sale {
+            let done = if flash_sale {
                 self.patch_flash(code, patch).await?
             } else {
-                self.patch_in_postgres(code, &state, patch).await?
+                self.patch_in_postgres(code, patch).await?
             };
             if done {
                 return self.store.voucher(code).await.map_err(|e| match e {
@@ -65,13 +70,13 @@ impl Reservations {
             .ok_or_else(|| PatchVoucherError::NotFound(code.as_str().to_owned()))
     }
 
-    /// A standard voucher: false when another change landed since `state` was read.
+    /// A standard voucher: false when another change landed since its state was read.
     async fn patch_in_postgres(
         &self,
         code: &VoucherCode,
-        state: &VoucherState,
         patch: &VoucherPatch,
     ) -> Result<bool, PatchVoucherError> {
+        let state = self.state(code).await?;
         let next = patch.apply(&state.rules)?;
         if next == state.rules {
             return Ok(true);

@@ -73,11 +73,6 @@ impl Warmup {
         let deadline = Instant::now() + LOAD_WAIT;
         let mut loaded_now = false;
         while !self.gate.is_loaded(code).await? {
-            if let Some(events) = &self.events {
-                if events.in_flight().await? > 0 {
-                    return Err(WarmupError::EventsInFlight);
-                }
-            }
             // Unique per call, so that only this call's lock is ever released by it.
             let token = uuid::Uuid::new_v4().to_string();
             if self
@@ -105,7 +100,13 @@ impl Warmup {
         })
     }
 
+    /// Under the lock: a waiter never asks the queue, only the one about to load does.
     async fn load(&self, code: &VoucherCode) -> Result<bool, WarmupError> {
+        if let Some(events) = &self.events {
+            if events.in_flight().await? > 0 {
+                return Err(WarmupError::EventsInFlight);
+            }
+        }
         let source = self
             .store
             .gate_source(code, true)
