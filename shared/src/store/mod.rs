@@ -61,8 +61,24 @@ pub struct VoucherKind {
 pub struct VoucherState {
     pub rules: VoucherRules,
     pub version: i64,
-    pub flash_sale: bool,
     pub reservation_ttl_seconds: i32,
+}
+
+/// The voucher's rules from a row with the voucher's columns (`voucher_state`, `gate_source`).
+fn voucher_rules(row: &tokio_postgres::Row) -> VoucherRules {
+    VoucherRules {
+        discount: Discount::from_columns(
+            row.get("discount_amount"),
+            row.get("discount_percent"),
+            row.get("max_discount_amount"),
+        ),
+        min_order_amount: row.get("min_order_amount"),
+        total_limit: row.get("total_limit"),
+        per_user_limit: row.get("per_user_limit"),
+        starts_at: row.get("starts_at"),
+        ends_at: row.get("ends_at"),
+        active: row.get("active"),
+    }
 }
 
 /// What `fg_patch_voucher` did.
@@ -70,7 +86,8 @@ pub struct VoucherState {
 pub enum PatchOutcome {
     /// Written; the voucher's new version.
     Applied(i64),
-    /// Another change landed since the version given: nothing written.
+    /// Another change landed since the version given, or Postgres broke a deadlock with a batch
+    /// of reserves by rolling this change back: nothing written, read again and retry.
     Stale,
     NotFound,
     /// The uses held exceed the new limit: nothing written. Postgres' detail.
@@ -411,27 +428,14 @@ impl Store {
             .query_typed(
                 "SELECT discount_amount, discount_percent, max_discount_amount, min_order_amount,
                         total_limit, per_user_limit, starts_at, ends_at, active, version,
-                        flash_sale, reservation_ttl_seconds
+                        reservation_ttl_seconds
                    FROM voucher WHERE code = $1",
                 &[(&code.as_str(), Type::TEXT)],
             )
             .await?;
         Ok(rows.first().map(|row| VoucherState {
-            rules: VoucherRules {
-                discount: Discount::from_columns(
-                    row.get("discount_amount"),
-                    row.get("discount_percent"),
-                    row.get("max_discount_amount"),
-                ),
-                min_order_amount: row.get("min_order_amount"),
-                total_limit: row.get("total_limit"),
-                per_user_limit: row.get("per_user_limit"),
-                starts_at: row.get("starts_at"),
-                ends_at: row.get("ends_at"),
-                active: row.get("active"),
-            },
+            rules: voucher_rules(row),
             version: row.get("version"),
-            flash_sale: row.get("flash_sale"),
             reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
         }))
     }
@@ -474,6 +478,11 @@ impl Store {
                         return Ok(PatchOutcome::LimitBelowUsed(
                             db.detail().unwrap_or_default().to_owned(),
                         ));
+                    }
+                    // Resizing locks every slot in slot order; a batch of reserves that holds
+                    // one slot and then waits for all (near sold out) can meet it head on.
+                    if db.code() == &SqlState::T_R_DEADLOCK_DETECTED {
+                        return Ok(PatchOutcome::Stale);
                     }
                 }
                 return Err(e.into());
@@ -659,7 +668,7 @@ impl Store {
             .await?
             .query_typed(
                 "SELECT v.flash_sale, v.discount_amount, v.discount_percent, v.max_discount_amount,
-                        v.min_order_amount, v.starts_at, v.ends_at, v.per_user_limit,
+                        v.min_order_amount, v.total_limit, v.starts_at, v.ends_at, v.per_user_limit,
                         v.reservation_ttl_seconds, v.active, v.version,
                         v.total_limit - fg_used(v.code) AS remaining,
                         CASE WHEN $2 THEN
@@ -679,21 +688,8 @@ impl Store {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        let rules = VoucherRules {
-            discount: Discount::from_columns(
-                row.get("discount_amount"),
-                row.get("discount_percent"),
-                row.get("max_discount_amount"),
-            ),
-            min_order_amount: row.get("min_order_amount"),
-            total_limit: 0, // not part of the gate's rules: it holds `remaining`
-            per_user_limit: row.get("per_user_limit"),
-            starts_at: row.get("starts_at"),
-            ends_at: row.get("ends_at"),
-            active: row.get("active"),
-        };
         let meta = GateMeta::of(
-            &rules,
+            &voucher_rules(row),
             row.get("reservation_ttl_seconds"),
             row.get("version"),
         );
