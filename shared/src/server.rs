@@ -1,5 +1,5 @@
 //! The local server: the whole router on a TCP listener, plus the background work that Lambda
-//! gets from events and schedules (the queue poller in mode B, the sweep on an interval).
+//! gets from event sources and schedules (mode B's consumer, the sweep on an interval).
 //!
 //! Shutdown is passed in (as in mini-redis) so that `main` wires it to Ctrl-C and tests to a
 //! oneshot channel; in-flight requests finish before `serve` returns, and the background tasks
@@ -12,7 +12,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::app::App;
-use crate::consumer;
 use crate::http::{router, Routes};
 use crate::sweeper::Sweeper;
 use crate::telemetry::Chain;
@@ -29,7 +28,7 @@ pub async fn bind(host: &str, port: u16) -> std::io::Result<(TcpListener, Socket
 pub struct Background {
     /// Period of the sweep; zero: no sweep.
     pub sweep_interval: Duration,
-    /// Consume the events queue (mode B) in this process.
+    /// Consume mode B's events (queue or topic) in this process.
     pub poll_events: bool,
 }
 
@@ -63,10 +62,7 @@ pub async fn serve(
         )));
     }
     if let (true, Some(events)) = (background.poll_events, app.events()) {
-        tasks.push(tokio::spawn(consumer::poll(
-            app.consumer().clone(),
-            events.clone(),
-        )));
+        tasks.push(tokio::spawn(events.clone().consume(app.consumer().clone())));
     }
     let served = axum::serve(listener, router(app, Routes::All))
         .with_graceful_shutdown(shutdown)

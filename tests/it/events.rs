@@ -16,7 +16,7 @@ use crate::harness::{reserve_req, voucher_code, wait_for, TestApp};
 
 /// Receives every message on the test's queue (deleting them), returning their bodies.
 async fn drain(app: &TestApp) -> Vec<String> {
-    let events = app.app.events().unwrap();
+    let events = app.sqs();
     let mut bodies = Vec::new();
     let mut empty = 0;
     while empty < 2 {
@@ -218,7 +218,7 @@ async fn order_amounts(app: &TestApp, code: &str) -> Vec<i64> {
 async fn a_poison_message_goes_to_the_dead_letter_queue_and_the_rest_lands() {
     let app = TestApp::builder().with_events(2).spawn().await;
     app.voucher("POISON", 5, json!({"flashSale": true})).await;
-    let events = app.app.events().unwrap();
+    let events = app.sqs();
     events
         .client()
         .await
@@ -271,6 +271,13 @@ async fn postgres_down_while_500_events_queue_up_then_all_land() {
             .spawn()
             .await,
     );
+    // 32 at a time: the local SQS stand-in is one Python process.
+    postgres_down_while_500_events_queue_up(app, 32).await;
+}
+
+/// Mode B reserves 500 uses while Postgres is down (`app` has a Postgres proxy and consumes
+/// its own events), `concurrency` at a time; once Postgres is back, all 500 land.
+pub async fn postgres_down_while_500_events_queue_up(app: Arc<TestApp>, concurrency: usize) {
     app.voucher("PGOFF", 600, json!({"flashSale": true})).await;
     assert_eq!(
         app.reserve("PGOFF", 1, "warm", 10).await.0,
@@ -278,8 +285,7 @@ async fn postgres_down_while_500_events_queue_up_then_all_land() {
     );
 
     app.pg_proxy().set_up(false);
-    // 32 at a time: the local SQS stand-in is one Python process.
-    let slots = Arc::new(tokio::sync::Semaphore::new(32));
+    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let tasks: Vec<_> = (2..502)
         .map(|i| {
             let (app, slots) = (app.clone(), slots.clone());
@@ -341,7 +347,7 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
         app.app.consumer().consume(&body).await.unwrap();
     }
     app.flush_gate().await;
-    let events = app.app.events().unwrap();
+    let events = app.sqs();
     for body in &bodies {
         events
             .client()

@@ -8,6 +8,7 @@ mod api;
 mod aws;
 mod events;
 mod flash;
+mod kafka;
 mod lambda;
 mod lattice;
 mod lifecycle;

@@ -396,9 +396,7 @@ async fn sale(
     let settings = shared::Settings::from_lookup(|k| map.get(k).cloned())?;
     let app = shared::App::new(&settings)?;
     app.prepare_database().await?;
-    if let Some(events) = app.events() {
-        events.ensure_local_queue().await?;
-    }
+    app.prepare_events().await?;
     let mut server = Server {
         bin: args.server_bin.clone(),
         env,

@@ -744,9 +744,7 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         let settings = scratch.settings(mode, &env)?;
         let app = shared::App::new(&settings)?;
         app.prepare_database().await?;
-        if let Some(events) = app.events() {
-            events.ensure_local_queue().await?;
-        }
+        app.prepare_events().await?;
         let (listener, addr) = shared::server::bind("127.0.0.1", 0).await?;
         tokio::spawn(shared::server::serve(
             listener,

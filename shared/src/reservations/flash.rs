@@ -12,7 +12,7 @@ use super::group_commit::GroupCommit;
 use super::Warmup;
 use crate::domain::{Held, OrderId, Reservation, Reserve, ReserveOutcome, Status, VoucherCode};
 use crate::errors::{FromGateError, ReserveError, StoreError};
-use crate::events::{Events, ReservedEvent};
+use crate::events::{ReservedEvent, Transport};
 use crate::gate::{Gate, Lookup, OrderEntry, Removal};
 use crate::store::{Merge, MergeOutcome, Merged, Store};
 use crate::telemetry::Chain;
@@ -22,7 +22,7 @@ pub(super) struct Flash {
     store: Store,
     gate: Arc<Gate>,
     /// Set: consistency mode B.
-    events: Option<Arc<Events>>,
+    events: Option<Arc<dyn Transport>>,
     warmup: Warmup,
     sold_out: SoldOut,
     /// Mode A's winners are written through it (in batches, in a long-running process).
@@ -64,7 +64,7 @@ impl Flash {
     pub(super) fn new(
         store: Store,
         gate: Arc<Gate>,
-        events: Option<Arc<Events>>,
+        events: Option<Arc<dyn Transport>>,
         warmup: Warmup,
         sold_out_ttl: Duration,
         writes: GroupCommit,
@@ -288,10 +288,10 @@ impl Flash {
         let order = order_id.as_str();
         let (held, order_amount) = match self.gate.order(code, order).await? {
             // Unknown to both. If Redis lost its data, the order may be one whose event is
-            // still on the queue: it is "not found" only once the queue has drained (the chaos
+            // still on its way: it is "not found" only once the voucher's events have drained (the chaos
             // run found 201s answered 404 on confirm this way).
             None => {
-                return match events.in_flight().await {
+                return match events.in_flight(code).await {
                     Ok(0) => Ok(None),
                     _ => Err(FromGateError::Pending),
                 }

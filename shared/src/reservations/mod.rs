@@ -27,7 +27,7 @@ use crate::errors::{
     ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ListError,
     ReleaseError, ReserveError, StoreError, ValidateError, WarmupError,
 };
-use crate::events::Events;
+use crate::events::Transport;
 use crate::gate::Gate;
 use crate::store::{Store, VoucherKind};
 use flash::Flash;
@@ -66,7 +66,7 @@ impl Reservations {
     pub fn new(
         store: Store,
         gate: Arc<Gate>,
-        events: Option<Arc<Events>>,
+        events: Option<Arc<dyn Transport>>,
         options: Options,
     ) -> Reservations {
         let warmup = Warmup::new(

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::VoucherCode;
 use crate::errors::WarmupError;
-use crate::events::Events;
+use crate::events::Transport;
 use crate::gate::Gate;
 use crate::store::Store;
 
@@ -37,7 +37,7 @@ pub struct Warmed {
 pub struct Warmup {
     store: Store,
     gate: Arc<Gate>,
-    events: Option<Arc<Events>>,
+    events: Option<Arc<dyn Transport>>,
     /// Sales starting within this lead are loaded ahead.
     lead: Duration,
 }
@@ -46,7 +46,7 @@ impl Warmup {
     pub fn new(
         store: Store,
         gate: Arc<Gate>,
-        events: Option<Arc<Events>>,
+        events: Option<Arc<dyn Transport>>,
         lead: Duration,
     ) -> Warmup {
         Warmup {
@@ -103,7 +103,7 @@ impl Warmup {
     /// Under the lock: a waiter never asks the queue, only the one about to load does.
     async fn load(&self, code: &VoucherCode) -> Result<bool, WarmupError> {
         if let Some(events) = &self.events {
-            if events.in_flight().await? > 0 {
+            if events.in_flight(code).await? > 0 {
                 return Err(WarmupError::EventsInFlight);
             }
         }

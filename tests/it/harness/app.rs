@@ -10,8 +10,8 @@ use shared::{server, App};
 use tokio::sync::oneshot;
 
 use super::{
-    create_queues, postgres_base, redis_url, settings, sqs_endpoint, unique_name, voucher_code,
-    Cleanup, Proxy,
+    create_queues, kafka_brokers, postgres_base, redis_url, settings, sqs_endpoint, unique_name,
+    voucher_code, Cleanup, Proxy,
 };
 
 /// Starts one more server, HTTP only, on exactly `vars` (a second process with another set-up,
@@ -39,6 +39,8 @@ pub struct TestAppBuilder {
     redis_proxy: bool,
     /// Mode B, with the queue's `maxReceiveCount`.
     events: Option<u32>,
+    /// Mode B on Kafka, at these brokers.
+    kafka: Option<String>,
     settings: Vec<(String, String)>,
 }
 
@@ -86,6 +88,19 @@ impl TestAppBuilder {
         self
     }
 
+    /// Mode B on the local Kafka broker: topics, dead-letter topic and consumer group of the
+    /// test's own ([`TestApp::kafka`]).
+    pub fn with_kafka(mut self) -> Self {
+        self.kafka = Some(kafka_brokers());
+        self
+    }
+
+    /// Mode B on Kafka brokers that never answer (nothing listens there): the broker is down.
+    pub fn with_dead_kafka(mut self) -> Self {
+        self.kafka = Some("127.0.0.1:1".to_owned());
+        self
+    }
+
     /// A service setting, as its environment variable would give it; it overrides the test
     /// defaults.
     pub fn setting(mut self, name: &str, value: impl Into<String>) -> Self {
@@ -124,6 +139,23 @@ impl TestAppBuilder {
             // The local SQS is a single Python process: slow under a burst, not down.
             vars.insert("EVENTS_TIMEOUT_MS".into(), "20000".into());
         }
+        if let Some(brokers) = &self.kafka {
+            for (name, value) in [
+                ("KAFKA_BROKERS", brokers.clone()),
+                ("KAFKA_TOPIC", db_name.clone()),
+                ("KAFKA_DLQ_TOPIC", format!("{db_name}-dlq")),
+                ("KAFKA_GROUP", db_name.clone()),
+                ("KAFKA_PARTITIONS", "4".into()),
+                // The local broker misreports the end offset of a multi-record batch, and the
+                // warm-up reads it (docs/BENCHMARKS.md, "Kafka locally").
+                ("KAFKA_BATCH_MESSAGES", "1".into()),
+                // A consumer-group join waits about half of it on the local broker.
+                ("KAFKA_SESSION_TIMEOUT_MS", "2000".into()),
+                ("EVENTS_TIMEOUT_MS", "5000".into()),
+            ] {
+                vars.insert(name.into(), value);
+            }
+        }
         vars.extend(self.settings);
 
         let pg_proxy = if self.pg_proxy {
@@ -142,11 +174,11 @@ impl TestAppBuilder {
         } else {
             None
         };
-        let dlq_url = if let Some(max_receive) = self.events {
+        let queues = if let Some(max_receive) = self.events {
             let (queue, dlq) = create_queues(&db_name, max_receive).await;
-            vars.insert("EVENTS_QUEUE_URL".into(), queue);
+            vars.insert("EVENTS_QUEUE_URL".into(), queue.clone());
             vars.insert("SQS_ENDPOINT_URL".into(), sqs_endpoint());
-            Some(dlq)
+            Some((queue, dlq))
         } else {
             None
         };
@@ -162,6 +194,9 @@ impl TestAppBuilder {
 
         let app = App::new(&settings).expect("app");
         app.prepare_database().await.expect("migrate");
+        if self.kafka.as_deref() == Some(kafka_brokers().as_str()) {
+            app.prepare_events().await.expect("Kafka topics");
+        }
         let (listener, addr) = server::bind("127.0.0.1", 0).await.expect("bind");
         let (tx, rx) = oneshot::channel::<()>();
         let served = app.clone();
@@ -191,7 +226,7 @@ impl TestAppBuilder {
             db_name,
             pg_proxy,
             redis_proxy,
-            dlq_url,
+            queues,
             shutdown: Some(tx),
             _cleanup: cleanup,
         }
@@ -224,7 +259,8 @@ pub struct TestApp {
     counter_slots: Option<i64>,
     pg_proxy: Option<Proxy>,
     redis_proxy: Option<Proxy>,
-    dlq_url: Option<String>,
+    /// Mode B on SQS: the queue and its dead-letter queue.
+    queues: Option<(String, String)>,
     shutdown: Option<oneshot::Sender<()>>,
     /// Last on purpose: fields drop after [`Drop::drop`] has told the server to stop, in the
     /// order declared, so the database goes after everything else the test held.
@@ -239,6 +275,7 @@ impl TestApp {
             pg_proxy: false,
             redis_proxy: false,
             events: None,
+            kafka: None,
             settings: Vec::new(),
         }
     }
@@ -287,9 +324,36 @@ impl TestApp {
 
     /// The dead-letter queue of mode B ([`TestAppBuilder::with_events`]).
     pub fn dlq_url(&self) -> &str {
-        self.dlq_url
-            .as_deref()
+        &self
+            .queues
+            .as_ref()
             .expect("spawned without with_events()")
+            .1
+    }
+
+    /// The server's Kafka transport ([`TestAppBuilder::with_kafka`]).
+    pub fn kafka(&self) -> &std::sync::Arc<shared::events::kafka::Kafka> {
+        self.app.kafka().expect("spawned without with_kafka()")
+    }
+
+    /// Starts consuming the test's topic in this process, as `flashgate serve` does (for
+    /// tests that spawned with `EVENTS_POLL=false` to hold events back first). Stops when
+    /// the returned handle is dropped.
+    pub fn start_kafka_consumer(&self) -> AbortOnDrop {
+        use shared::events::Transport;
+        let kafka = self.kafka().clone();
+        AbortOnDrop(tokio::spawn(kafka.consume(self.app.consumer().clone())))
+    }
+
+    /// A client of the test's queue of mode B, apart from the server's.
+    pub fn sqs(&self) -> shared::events::sqs::Sqs {
+        super::sqs::client(
+            &self
+                .queues
+                .as_ref()
+                .expect("spawned without with_events()")
+                .0,
+        )
     }
 
     /// Sends a request and returns the status and the raw body text.
@@ -525,5 +589,14 @@ impl Drop for TestApp {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
+    }
+}
+
+/// A background task that stops when dropped.
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -33,6 +33,11 @@ pub fn cluster_url() -> String {
     })
 }
 
+/// The local Kafka broker `scripts/services.sh kafka` starts.
+pub fn kafka_brokers() -> String {
+    std::env::var("TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
 /// The local AWS endpoint (moto): SQS and Secrets Manager.
 pub fn sqs_endpoint() -> String {
     std::env::var("TEST_SQS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:9324".to_owned())

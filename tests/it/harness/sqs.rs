@@ -3,19 +3,25 @@
 use std::time::Duration;
 
 use serde_json::json;
+use shared::events::sqs::Sqs;
 
 use super::sqs_endpoint;
+
+/// A client of `queue_url` on the local SQS endpoint, apart from the server's.
+pub fn client(queue_url: &str) -> Sqs {
+    Sqs::new(
+        queue_url,
+        Some(sqs_endpoint()),
+        "us-east-1".into(),
+        Duration::from_secs(10),
+    )
+}
 
 /// A queue and its dead-letter queue on the local SQS endpoint, named after the test.
 /// Messages become visible again after 1 s and move to the DLQ after `max_receive` receives.
 pub async fn create_queues(name: &str, max_receive: u32) -> (String, String) {
     use aws_sdk_sqs::types::QueueAttributeName as A;
-    let sqs = shared::events::Events::new(
-        "",
-        Some(sqs_endpoint()),
-        "us-east-1".into(),
-        Duration::from_secs(10),
-    );
+    let sqs = client("");
     let client = sqs.client().await;
     let dlq = client
         .create_queue()

@@ -1,85 +1,31 @@
-//! Consistency mode B: after the gate says RESERVED, a `voucher-reserved` event goes to SQS and
-//! the consumer (`consumer`) writes Postgres, so Postgres leaves the reserve path.
+//! SQS: one queue of `voucher-reserved` events (`EVENTS_QUEUE_URL`).
 //!
-//! Events are versioned JSON. On a FIFO queue the voucher code is the message group (events of
-//! one voucher keep their order) and `code:orderId` the deduplication id; on a standard queue
-//! order and duplicates do not matter either, since the consumer merges on the lattice.
+//! On a FIFO queue the voucher code is the message group (events of one voucher keep their
+//! order) and `code:orderId` the deduplication id; on a standard queue order and duplicates do
+//! not matter either, since the consumer merges on the lattice.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, QueueAttributeName};
 use aws_sdk_sqs::Client;
-use serde::{Deserialize, Serialize};
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use tokio::sync::OnceCell;
 
-use crate::domain::{Held, Reserve};
+use super::{bounded, EventError, ReservedEvent, Transport};
+use crate::consumer::Consumer;
+use crate::domain::VoucherCode;
+use crate::telemetry::Chain;
 
-pub const EVENT_TYPE: &str = "voucher-reserved";
-pub const EVENT_VERSION: u32 = 1;
-
-/// `voucher-reserved`, version 1: everything the consumer needs to write the row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReservedEvent {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub version: u32,
-    pub code: String,
-    pub order_id: String,
-    pub customer_id: i64,
-    pub order_amount: i64,
-    pub discount_amount: i64,
-    /// Milliseconds since the epoch, as the gate stored them.
-    pub reserved_at_ms: i64,
-    pub expires_at_ms: i64,
-}
-
-impl ReservedEvent {
-    pub fn new(r: &Reserve, held: Held) -> Self {
-        ReservedEvent {
-            kind: EVENT_TYPE.to_owned(),
-            version: EVENT_VERSION,
-            code: r.code.as_str().to_owned(),
-            order_id: r.order_id.as_str().to_owned(),
-            customer_id: held.customer_id,
-            order_amount: r.order_amount,
-            discount_amount: held.discount,
-            reserved_at_ms: held.reserved_ms,
-            expires_at_ms: held.expires_ms,
-        }
-    }
-
-    /// The use the event carries, as the gate held it.
-    pub fn held(&self) -> Held {
-        Held {
-            customer_id: self.customer_id,
-            reserved_ms: self.reserved_at_ms,
-            expires_ms: self.expires_at_ms,
-            discount: self.discount_amount,
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum EventError {
-    #[error("SQS did not answer within {0:?}")]
-    Timeout(Duration),
-    #[error("SQS {op} failed")]
-    Sqs {
-        op: &'static str,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
+const BROKER: &str = "SQS";
 
 /// The SDK's error for `op`, kept whole as the source.
 fn sqs<E: std::error::Error + Send + Sync + 'static>(
     op: &'static str,
 ) -> impl FnOnce(E) -> EventError {
-    move |e| EventError::Sqs {
-        op,
-        source: Box::new(e),
-    }
+    EventError::broker(BROKER, op)
 }
 
 /// A received message: what the consumer needs, whatever delivered it.
@@ -91,7 +37,7 @@ pub struct Received {
     pub receive_count: u32,
 }
 
-pub struct Events {
+pub struct Sqs {
     queue_url: String,
     /// Local SQS (moto) and tests: the endpoint to use, with dummy credentials.
     endpoint: Option<String>,
@@ -101,14 +47,14 @@ pub struct Events {
     client: OnceCell<Client>,
 }
 
-impl Events {
+impl Sqs {
     pub fn new(
         queue_url: &str,
         endpoint: Option<String>,
         region: String,
         timeout: Duration,
-    ) -> Events {
-        Events {
+    ) -> Sqs {
+        Sqs {
             queue_url: queue_url.to_owned(),
             endpoint,
             region,
@@ -129,19 +75,10 @@ impl Events {
             .await
     }
 
-    async fn bounded<T>(
-        &self,
-        f: impl std::future::Future<Output = Result<T, EventError>>,
-    ) -> Result<T, EventError> {
-        tokio::time::timeout(self.timeout, f)
-            .await
-            .map_err(|_| EventError::Timeout(self.timeout))?
-    }
-
-    pub async fn send(&self, event: &ReservedEvent) -> Result<(), EventError> {
-        let body = serde_json::to_string(event).expect("events serialize");
+    async fn send_message(&self, event: &ReservedEvent) -> Result<(), EventError> {
+        let body = event.to_json();
         let client = self.client().await;
-        self.bounded(async {
+        bounded(BROKER, self.timeout, async {
             let mut req = client
                 .send_message()
                 .queue_url(&self.queue_url)
@@ -159,7 +96,7 @@ impl Events {
 
     /// Creates the queue named by the queue URL if it does not exist (a local SQS only, so
     /// that `flashgate serve` in mode B needs no separate set-up step).
-    pub async fn ensure_local_queue(&self) -> Result<(), EventError> {
+    async fn ensure_local_queue(&self) -> Result<(), EventError> {
         if self.endpoint.is_none() {
             return Ok(());
         }
@@ -174,10 +111,9 @@ impl Events {
         Ok(())
     }
 
-    /// Messages queued or being processed: while any exist, a gate must not be loaded (an
-    /// event still to land would be counted twice).
-    pub async fn in_flight(&self) -> Result<u64, EventError> {
-        self.bounded(async {
+    /// Messages queued or being processed, for any voucher.
+    pub async fn queue_depth(&self) -> Result<u64, EventError> {
+        bounded(BROKER, self.timeout, async {
             let out = self
                 .client()
                 .await
@@ -254,5 +190,67 @@ impl Events {
             .await
             .map_err(sqs("DeleteMessageBatch"))?;
         Ok(())
+    }
+}
+
+impl Transport for Sqs {
+    fn name(&self) -> &'static str {
+        BROKER
+    }
+
+    fn send<'a>(&'a self, event: &'a ReservedEvent) -> BoxFuture<'a, Result<(), EventError>> {
+        self.send_message(event).boxed()
+    }
+
+    fn in_flight<'a>(&'a self, _code: &'a VoucherCode) -> BoxFuture<'a, Result<u64, EventError>> {
+        self.queue_depth().boxed()
+    }
+
+    fn prepare(&self) -> BoxFuture<'_, Result<(), EventError>> {
+        self.ensure_local_queue().boxed()
+    }
+
+    fn consume(self: Arc<Self>, consumer: Consumer) -> BoxFuture<'static, ()> {
+        poll(consumer, self).boxed()
+    }
+}
+
+/// The local stand-in for Lambda's SQS trigger: receive, hand the batch to the same handler,
+/// delete what succeeded; failures become visible again and SQS redrives them to the
+/// dead-letter queue after `maxReceiveCount`.
+async fn poll(consumer: Consumer, sqs: Arc<Sqs>) {
+    loop {
+        // Short polls with a pause when empty: local SQS servers serialise long polls.
+        match sqs.receive(Duration::ZERO).await {
+            Ok(received) if !received.is_empty() => {
+                let mut batch = SqsEvent::default();
+                for r in &received {
+                    let mut m = SqsMessage::default();
+                    m.message_id = Some(r.message_id.clone());
+                    m.receipt_handle = Some(r.receipt_handle.clone());
+                    m.body = Some(r.body.clone());
+                    batch.records.push(m);
+                }
+                let response = consumer.handle_batch(batch).await;
+                let failed: Vec<&str> = response
+                    .batch_item_failures
+                    .iter()
+                    .map(|f| f.item_identifier.as_str())
+                    .collect();
+                let done: Vec<&str> = received
+                    .iter()
+                    .filter(|r| !failed.contains(&r.message_id.as_str()))
+                    .map(|r| r.receipt_handle.as_str())
+                    .collect();
+                if let Err(e) = sqs.delete(&done).await {
+                    tracing::warn!(error = %Chain(&e), "could not delete consumed messages");
+                }
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => {
+                tracing::warn!(error = %Chain(&e), "queue poll failed");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
     }
 }

@@ -1,0 +1,141 @@
+//! Consistency mode B: after the gate says RESERVED, a `voucher-reserved` event goes to a
+//! broker and the consumer (`crate::consumer`) writes Postgres, so Postgres leaves the reserve
+//! path.
+//!
+//! One event, one trait, two brokers:
+//! - [`sqs::Sqs`]: an SQS queue (`EVENTS_QUEUE_URL`), drained by Lambda's SQS trigger or by
+//!   `flashgate serve`'s poller; failures are per message, then the queue's dead-letter queue.
+//! - [`kafka::Kafka`]: a Kafka topic (`KAFKA_BROKERS`, e.g. Amazon MSK), keyed and partitioned
+//!   by voucher code, drained by Lambda's MSK event source or by a consumer-group member in
+//!   `flashgate serve`; a record that can never land goes to the dead-letter topic.
+//!
+//! Everything else of mode B (the gate's pending marks, the merge, the sweeps) is the same code
+//! whatever carries the events: the consumer merges on the lattice, so duplicates and any order
+//! change nothing twice.
+
+pub mod kafka;
+pub mod sqs;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::consumer::Consumer;
+use crate::domain::{Held, Reserve, VoucherCode};
+
+pub const EVENT_TYPE: &str = "voucher-reserved";
+pub const EVENT_VERSION: u32 = 1;
+
+/// `voucher-reserved`, version 1: everything the consumer needs to write the row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservedEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub version: u32,
+    pub code: String,
+    pub order_id: String,
+    pub customer_id: i64,
+    pub order_amount: i64,
+    pub discount_amount: i64,
+    /// Milliseconds since the epoch, as the gate stored them.
+    pub reserved_at_ms: i64,
+    pub expires_at_ms: i64,
+}
+
+impl ReservedEvent {
+    pub fn new(r: &Reserve, held: Held) -> Self {
+        ReservedEvent {
+            kind: EVENT_TYPE.to_owned(),
+            version: EVENT_VERSION,
+            code: r.code.as_str().to_owned(),
+            order_id: r.order_id.as_str().to_owned(),
+            customer_id: held.customer_id,
+            order_amount: r.order_amount,
+            discount_amount: held.discount,
+            reserved_at_ms: held.reserved_ms,
+            expires_at_ms: held.expires_ms,
+        }
+    }
+
+    /// The use the event carries, as the gate held it.
+    pub fn held(&self) -> Held {
+        Held {
+            customer_id: self.customer_id,
+            reserved_ms: self.reserved_at_ms,
+            expires_ms: self.expires_at_ms,
+            discount: self.discount_amount,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("events serialize")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    #[error("{0} did not answer within {1:?}")]
+    Timeout(&'static str, Duration),
+    #[error("{broker} {op} failed")]
+    Broker {
+        broker: &'static str,
+        op: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl EventError {
+    /// The broker's own error for `op`, kept whole as the source.
+    pub(crate) fn broker<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+        broker: &'static str,
+        op: &'static str,
+    ) -> impl FnOnce(E) -> EventError {
+        move |e| EventError::Broker {
+            broker,
+            op,
+            source: e.into(),
+        }
+    }
+}
+
+/// `f`, or [`EventError::Timeout`] once `limit` has passed.
+pub(crate) async fn bounded<T>(
+    broker: &'static str,
+    limit: Duration,
+    f: impl Future<Output = Result<T, EventError>>,
+) -> Result<T, EventError> {
+    tokio::time::timeout(limit, f)
+        .await
+        .map_err(|_| EventError::Timeout(broker, limit))?
+}
+
+/// What carries `voucher-reserved` events from the reserve path to the consumer.
+///
+/// Boxed futures rather than `async fn`: the reservations service holds the transport as
+/// `Arc<dyn Transport>`, chosen from the settings at start.
+pub trait Transport: Send + Sync {
+    /// `"SQS"` or `"Kafka"`, for messages and logs.
+    fn name(&self) -> &'static str;
+
+    /// Sends one event, within the settings' `EVENTS_TIMEOUT_MS`.
+    fn send<'a>(&'a self, event: &'a ReservedEvent) -> BoxFuture<'a, Result<(), EventError>>;
+
+    /// How many events that may be for `code` have not landed in Postgres yet. While any may,
+    /// the gate must not be loaded for it (their uses would be counted twice), and an order the
+    /// gate does not know may still be on its way. SQS cannot tell one voucher's messages from
+    /// another's and counts the whole queue; Kafka counts the lag of the voucher's partition.
+    fn in_flight<'a>(&'a self, code: &'a VoucherCode) -> BoxFuture<'a, Result<u64, EventError>>;
+
+    /// Creates the queue or topics if they do not exist: Kafka topics always (the `migrate`
+    /// step does it at deploy), an SQS queue only on a local endpoint.
+    fn prepare(&self) -> BoxFuture<'_, Result<(), EventError>>;
+
+    /// Consumes in this process until the future is dropped: `flashgate serve`'s stand-in for
+    /// Lambda's event source. Only what the consumer has committed to Postgres is acknowledged.
+    fn consume(self: Arc<Self>, consumer: Consumer) -> BoxFuture<'static, ()>;
+}

@@ -1,0 +1,494 @@
+//! Mode B on Kafka against a real Kafka-protocol broker (the one `scripts/services.sh kafka`
+//! starts), real Redis and real Postgres. Each test has its own topic, dead-letter topic and
+//! consumer group. The same faults as on SQS (tests/it/events.rs), with exact counts: a broker
+//! down, a process killed between the gate and the send, duplicates and reordering, a consumer
+//! killed before it committed, Postgres down while events queue, Redis emptied with events in
+//! flight, poison records; and the warm-up waiting only for the voucher's own partition.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::message::Headers as _;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message as _, Offset, TopicPartitionList};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use shared::events::kafka::partition_for;
+use shared::events::{ReservedEvent, Transport as _};
+
+use crate::harness::{kafka_brokers, reserve_req, voucher_code, wait_for, TestApp};
+
+/// Partitions of every test topic (the harness's `KAFKA_PARTITIONS`).
+const PARTITIONS: i32 = 4;
+
+fn producer() -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("allow.auto.create.topics", "false")
+        .set("batch.num.messages", "1")
+        .create()
+        .expect("test producer")
+}
+
+/// Writes `payload` to the test's topic, on the partition of `key` as the service computes it.
+async fn produce(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+    producer
+        .send(
+            FutureRecord::to(topic)
+                .key(key)
+                .payload(payload)
+                .partition(partition_for(key, PARTITIONS)),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("produce");
+}
+
+/// Every record of `topic` from its start (without joining any group), as (key, payload,
+/// `error` header), once `n` have come or `limit` has passed.
+async fn read_topic(
+    topic: &str,
+    partitions: i32,
+    n: usize,
+    limit: Duration,
+) -> Vec<(String, Vec<u8>, Option<String>)> {
+    let reader: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", format!("{topic}-reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("test reader");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    reader.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + limit;
+    while out.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(Ok(m)) = tokio::time::timeout(left, reader.recv()).await else {
+            break;
+        };
+        let error = m.headers().and_then(|h| {
+            h.iter()
+                .find(|h| h.key == "error")
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        });
+        out.push((
+            String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+            m.payload().unwrap_or_default().to_vec(),
+            error,
+        ));
+    }
+    out
+}
+
+fn topic(app: &TestApp) -> String {
+    app.kafka().topic().to_owned()
+}
+
+async fn in_flight(app: &TestApp, code: &str) -> u64 {
+    app.kafka().in_flight(&voucher_code(code)).await.unwrap()
+}
+
+async fn revoked(app: &TestApp, code: &str) -> i64 {
+    app.view(code).await["revokedCount"].as_i64().unwrap()
+}
+
+/// Two voucher codes whose events go to different partitions.
+fn codes_on_two_partitions() -> (String, String) {
+    let first = "PART0".to_owned();
+    let p = partition_for(&first, PARTITIONS);
+    let other = (1..100)
+        .map(|i| format!("PART{i}"))
+        .find(|c| partition_for(c, PARTITIONS) != p)
+        .expect("another partition");
+    (first, other)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_reserves_for_fifty_uses_land_exactly_fifty_through_kafka() {
+    let app = Arc::new(TestApp::builder().with_kafka().spawn().await);
+    app.voucher("KSALE", 50, json!({"flashSale": true})).await;
+    let tasks: Vec<_> = (1..=200)
+        .map(|i| {
+            let app = app.clone();
+            tokio::spawn(async move { app.reserve("KSALE", i, &format!("o{i}"), 10).await })
+        })
+        .collect();
+    let mut created = 0;
+    for t in tasks {
+        let (status, body) = t.await.unwrap();
+        match status {
+            StatusCode::CREATED => created += 1,
+            StatusCode::CONFLICT => assert!(body.contains("OUT_OF_STOCK"), "{body}"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(created, 50);
+    wait_for("50 events to land", Duration::from_secs(30), async || {
+        app.counts("KSALE").await.used_count == 50
+    })
+    .await;
+    let counts = app.counts("KSALE").await;
+    assert_eq!((counts.active_rows, counts.customer_counter_sum), (50, 50));
+    // The group commits after Postgres: nothing of this voucher is left in flight.
+    wait_for(
+        "the partition's lag to reach 0",
+        Duration::from_secs(10),
+        async || in_flight(&app, "KSALE").await == 0,
+    )
+    .await;
+    assert_eq!(app.gate_remaining("KSALE").await, Some(0));
+    assert_eq!(app.gate_pending("KSALE").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn duplicates_reordering_and_poison_records_land_once_and_poison_goes_to_the_dead_letter_topic(
+) {
+    let app = TestApp::builder()
+        .with_kafka()
+        .setting("EVENTS_POLL", "false")
+        .spawn()
+        .await;
+    app.voucher("KDUP", 20, json!({"flashSale": true, "perUserLimit": 5}))
+        .await;
+    for i in 1..=20 {
+        app.app
+            .reservations()
+            .reserve(&reserve_req("KDUP", 1 + i % 7, &format!("o{i}")))
+            .await
+            .unwrap();
+    }
+    let topic = topic(&app);
+    let sent = read_topic(&topic, PARTITIONS, 20, Duration::from_secs(10)).await;
+    assert_eq!(sent.len(), 20);
+    // Every event again, newest first, then two records that can never land.
+    let producer = producer();
+    for (key, payload, _) in sent.iter().rev() {
+        produce(&producer, &topic, key, payload).await;
+    }
+    produce(&producer, &topic, "KDUP", b"{not json").await;
+    let mut unknown: ReservedEvent = serde_json::from_slice(&sent[0].1).unwrap();
+    unknown.code = "NOSUCHVOUCHER".into();
+    produce(&producer, &topic, "KDUP", unknown.to_json().as_bytes()).await;
+
+    let _consumer = app.start_kafka_consumer();
+    wait_for("the events to land", Duration::from_secs(30), async || {
+        in_flight(&app, "KDUP").await == 0
+    })
+    .await;
+    let counts = app.counts("KDUP").await;
+    assert_eq!((counts.used_count, counts.active_rows), (20, 20));
+    assert_eq!(counts.customer_counter_sum, 20);
+    let dead = read_topic(app.kafka().dlq_topic(), 1, 3, Duration::from_secs(3)).await;
+    assert_eq!(dead.len(), 2, "exactly the two poison records");
+    assert_eq!(dead[0].1, b"{not json");
+    assert!(
+        dead[0].2.as_deref().unwrap().contains("not an event"),
+        "{:?}",
+        dead[0].2
+    );
+    assert!(
+        dead[1].2.as_deref().unwrap().contains("poison"),
+        "{:?}",
+        dead[1].2
+    );
+    assert_eq!(revoked(&app, "KDUP").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consumer_killed_after_merging_but_before_committing_is_read_again_and_lands_once() {
+    let app = TestApp::builder()
+        .with_kafka()
+        .setting("EVENTS_POLL", "false")
+        .spawn()
+        .await;
+    app.voucher("KKILL", 30, json!({"flashSale": true})).await;
+    for i in 1..=30 {
+        assert_eq!(
+            app.reserve("KKILL", i, &format!("o{i}"), 10).await.0,
+            StatusCode::CREATED
+        );
+    }
+    // A member of the group takes the records, merges half of them into Postgres, and dies
+    // before it commits an offset.
+    let topic = topic(&app);
+    let sent = read_topic(&topic, PARTITIONS, 30, Duration::from_secs(10)).await;
+    assert_eq!(sent.len(), 30);
+    let bodies: Vec<String> = sent[..15]
+        .iter()
+        .map(|(_, p, _)| String::from_utf8(p.clone()).unwrap())
+        .collect();
+    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    for result in app.app.consumer().consume_all(&refs).await {
+        result.unwrap();
+    }
+    assert_eq!(app.counts("KKILL").await.used_count, 15);
+    assert_eq!(in_flight(&app, "KKILL").await, 30, "nothing committed");
+
+    // The next member reads everything again: the 15 merged ones change nothing.
+    let _consumer = app.start_kafka_consumer();
+    wait_for(
+        "the partition's lag to reach 0",
+        Duration::from_secs(30),
+        async || in_flight(&app, "KKILL").await == 0,
+    )
+    .await;
+    let counts = app.counts("KKILL").await;
+    assert_eq!(
+        (
+            counts.used_count,
+            counts.active_rows,
+            counts.customer_counter_sum
+        ),
+        (30, 30, 30)
+    );
+    assert_eq!(app.view("KKILL").await["remaining"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_down_while_500_events_queue_up_on_kafka_then_all_land() {
+    let app = Arc::new(
+        TestApp::builder()
+            .with_kafka()
+            .with_pg_proxy()
+            .setting("DATABASE_TIMEOUT_MS", "500")
+            .spawn()
+            .await,
+    );
+    crate::events::postgres_down_while_500_events_queue_up(app, 64).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn broker_down_answers_503_fast_and_the_order_comes_back_through_the_orphan_sweep() {
+    let app = TestApp::builder()
+        .with_dead_kafka()
+        .setting("EVENTS_TIMEOUT_MS", "1000")
+        .setting("ORPHAN_GRACE_SECONDS", "0")
+        .spawn()
+        .await;
+    app.voucher(
+        "KDOWN",
+        5,
+        json!({"flashSale": true, "reservationTtlSeconds": 1}),
+    )
+    .await;
+    // Loaded by hand: the warm-up itself asks the broker first, and would answer 503 too.
+    let code = voucher_code("KDOWN");
+    let source = app
+        .app
+        .store()
+        .gate_source(&code, true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(app
+        .app
+        .gate()
+        .load(&code, &source.meta, source.remaining, &source.users)
+        .await
+        .unwrap());
+
+    let started = Instant::now();
+    let (status, body) = app.reserve("KDOWN", 1, "sent", 10).await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(took < Duration::from_secs(3), "answered in {took:?}");
+    // And a process killed between the gate and the send: the gate holds a use, nothing
+    // was sent.
+    let now = chrono::Utc::now().timestamp_millis();
+    app.app
+        .gate()
+        .reserve(&code, 2, "killed", 10, now)
+        .await
+        .unwrap();
+    assert_eq!(app.gate_remaining("KDOWN").await, Some(3));
+
+    // Past the reservation's TTL both are orphans: their uses come back.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.orphans_recovered, 2);
+    assert_eq!(app.gate_remaining("KDOWN").await, Some(5));
+    assert_eq!(app.counts("KDOWN").await.used_count, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_warm_up_waits_only_for_events_of_its_own_partition() {
+    let app = TestApp::builder()
+        .with_kafka()
+        .setting("EVENTS_POLL", "false")
+        .spawn()
+        .await;
+    let (busy, idle) = codes_on_two_partitions();
+    app.voucher(&busy, 10, json!({"flashSale": true})).await;
+    app.voucher(&idle, 10, json!({"flashSale": true})).await;
+    for i in 1..=3 {
+        assert_eq!(
+            app.reserve(&busy, i, &format!("o{i}"), 10).await.0,
+            StatusCode::CREATED
+        );
+    }
+    assert_eq!(in_flight(&app, &busy).await, 3);
+    assert_eq!(in_flight(&app, &idle).await, 0);
+
+    // Redis restarts empty: the idle voucher loads at once, the busy one waits for its events.
+    app.flush_gate().await;
+    let (status, body) = app
+        .json("POST", &format!("/vouchers/{idle}/warmup"), None)
+        .await;
+    assert_eq!((status, &body["remaining"]), (StatusCode::OK, &json!(10)));
+    let (status, body) = app
+        .json("POST", &format!("/vouchers/{busy}/warmup"), None)
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(
+        app.reserve(&busy, 9, "late", 10).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+
+    let _consumer = app.start_kafka_consumer();
+    wait_for(
+        "the busy partition to drain",
+        Duration::from_secs(30),
+        async || in_flight(&app, &busy).await == 0,
+    )
+    .await;
+    let (status, body) = app
+        .json("POST", &format!("/vouchers/{busy}/warmup"), None)
+        .await;
+    assert_eq!((status, &body["remaining"]), (StatusCode::OK, &json!(7)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_emptied_with_events_on_kafka_never_over_allocates_and_counts_revocations() {
+    let app = TestApp::builder()
+        .with_kafka()
+        .setting("EVENTS_POLL", "false")
+        .spawn()
+        .await;
+    app.voucher("KLOST", 100, json!({"flashSale": true})).await;
+    for i in 1..=100 {
+        app.app
+            .reservations()
+            .reserve(&reserve_req("KLOST", i, &format!("o{i}")))
+            .await
+            .unwrap();
+    }
+    app.flush_gate().await;
+    // Loading now would count the 100 in flight twice: warm-up waits for them.
+    let (status, body) = app.json("POST", "/vouchers/KLOST/warmup", None).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("UNAVAILABLE"))
+    );
+    // Suppose it is loaded anyway (an operator forcing it): the gate offers 100 uses that the
+    // events on the topic already hold, and hands 50 of them out again.
+    let code = voucher_code("KLOST");
+    let source = app
+        .app
+        .store()
+        .gate_source(&code, true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(source.remaining, 100);
+    assert!(app
+        .app
+        .gate()
+        .load(&code, &source.meta, source.remaining, &source.users)
+        .await
+        .unwrap());
+    for i in 201..=250 {
+        app.app
+            .reservations()
+            .reserve(&reserve_req("KLOST", i, &format!("n{i}")))
+            .await
+            .unwrap();
+    }
+    let _consumer = app.start_kafka_consumer();
+    wait_for("150 events to land", Duration::from_secs(30), async || {
+        in_flight(&app, "KLOST").await == 0
+    })
+    .await;
+    // Postgres held the line: never past 100, and every refusal is stored and counted.
+    let counts = app.counts("KLOST").await;
+    assert_eq!((counts.used_count, counts.active_rows), (100, 100));
+    assert_eq!(revoked(&app, "KLOST").await, 50);
+}
+
+/// Lambda's MSK event source: records arrive base64-encoded, grouped by partition. A poison
+/// record goes to the dead-letter topic and the batch succeeds; with Postgres down the batch
+/// fails whole, for the event source to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_msk_handler_lands_a_batch_and_dead_letters_its_poison_record() {
+    let app = TestApp::builder()
+        .with_kafka()
+        .with_pg_proxy()
+        .setting("DATABASE_TIMEOUT_MS", "500")
+        .setting("EVENTS_POLL", "false")
+        .spawn()
+        .await;
+    app.voucher("KMSK", 10, json!({"flashSale": true})).await;
+    let code = voucher_code("KMSK");
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut values = Vec::new();
+    for i in 1..=3 {
+        let r = reserve_req("KMSK", i, &format!("o{i}"));
+        let held = app
+            .app
+            .gate()
+            .reserve(&code, i, r.order_id.as_str(), 10, now)
+            .await
+            .unwrap()
+            .held
+            .expect("granted");
+        values.push(ReservedEvent::new(&r, held).to_json().into_bytes());
+    }
+    values.push(b"poison".to_vec());
+    let b64 = |v: &[u8]| base64::engine::general_purpose::STANDARD.encode(v);
+    let partition = partition_for("KMSK", PARTITIONS);
+    let records: Vec<Value> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            json!({"topic": topic(&app), "partition": partition, "offset": i,
+                   "timestamp": now, "timestampType": "CREATE_TIME",
+                   "key": b64(b"KMSK"), "value": b64(v), "headers": []})
+        })
+        .collect();
+    let event: aws_lambda_events::kafka::KafkaEvent = serde_json::from_value(json!({
+        "eventSource": "aws:kafka",
+        "records": { format!("{}-{partition}", topic(&app)): records },
+    }))
+    .unwrap();
+
+    app.pg_proxy().set_up(false);
+    let failed = app
+        .kafka()
+        .handle_msk(app.app.consumer(), event.clone())
+        .await
+        .unwrap_err();
+    assert_eq!((failed.failed, failed.total), (3, 4));
+    app.pg_proxy().set_up(true);
+
+    assert_eq!(
+        app.kafka()
+            .handle_msk(app.app.consumer(), event)
+            .await
+            .unwrap(),
+        4
+    );
+    assert_eq!(app.counts("KMSK").await.used_count, 3);
+    let dead = read_topic(app.kafka().dlq_topic(), 1, 3, Duration::from_secs(3)).await;
+    // Once from the failed try (the poison was already known to be poison), once now.
+    assert_eq!(dead.len(), 2);
+    assert!(dead
+        .iter()
+        .all(|(key, payload, _)| key == "KMSK" && payload == b"poison"));
+}
