@@ -1186,7 +1186,11 @@ mod tests {
     }
 
     fn rules() -> VoucherRules {
-        let starts_at = millis(Utc::now());
+        // A fixed instant: rules built twice must be equal (`now` read twice was not, once the
+        // clock moved a millisecond between the two).
+        let starts_at = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
         VoucherRules {
             discount: Discount::Percent {
                 percent: 10,
