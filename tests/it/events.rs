@@ -12,7 +12,7 @@ use shared::consumer::Consumed;
 use shared::domain::ReserveOutcome;
 use shared::events::ReservedEvent;
 
-use crate::harness::{reserve_req, voucher_code, wait_for, TestApp};
+use crate::harness::{reserve_req, wait_for, TestApp};
 
 /// Receives every message on the test's queue (deleting them), returning their bodies.
 async fn drain(app: &TestApp) -> Vec<String> {
@@ -370,21 +370,7 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
 
     // Suppose it is loaded anyway (an operator forcing it): the gate offers 50 uses that the
     // queued events already hold, and hands them out again.
-    let code = voucher_code("LOST");
-    let source = app
-        .app
-        .store()
-        .gate_source(&code, true)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(source.remaining, 50);
-    assert!(app
-        .app
-        .gate()
-        .load(&code, &source.meta, source.remaining, &source.users)
-        .await
-        .unwrap());
+    assert_eq!(app.force_load("LOST").await, 50);
     for i in 201..=250 {
         app.app
             .reservations()

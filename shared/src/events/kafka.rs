@@ -241,6 +241,15 @@ impl Kafka {
             .key(&event.code)
             .payload(&body)
             .partition(partition);
+        self.send_record(record).await
+    }
+
+    /// Sends one record, within `EVENTS_TIMEOUT_MS`.
+    async fn send_record<K, P>(&self, record: FutureRecord<'_, K, P>) -> Result<(), EventError>
+    where
+        K: rdkafka::message::ToBytes + ?Sized,
+        P: rdkafka::message::ToBytes + ?Sized,
+    {
         let producer = self.producer()?;
         bounded(BROKER, self.timeout, async {
             producer
@@ -351,15 +360,7 @@ impl Kafka {
         if let Some(payload) = payload {
             record = record.payload(payload);
         }
-        let producer = self.producer()?;
-        bounded(BROKER, self.timeout, async {
-            producer
-                .send(record, Timeout::After(self.timeout))
-                .await
-                .map_err(|(e, _)| kafka("Produce")(e))?;
-            Ok(())
-        })
-        .await
+        self.send_record(record).await
     }
 
     /// Consumes as a member of the group until dropped; a member that fails is built again.

@@ -10,8 +10,8 @@ use shared::{server, App};
 use tokio::sync::oneshot;
 
 use super::{
-    create_queues, kafka_brokers, postgres_base, redis_url, settings, sqs_endpoint, unique_name,
-    voucher_code, Cleanup, Proxy,
+    create_queues, fauxqs_endpoint, kafka_brokers, postgres_base, redis_url, settings,
+    sqs_endpoint, unique_name, voucher_code, Cleanup, Proxy,
 };
 
 /// Starts one more server, HTTP only, on exactly `vars` (a second process with another set-up,
@@ -37,10 +37,13 @@ pub struct TestAppBuilder {
     counter_slots: Option<i64>,
     pg_proxy: bool,
     redis_proxy: bool,
-    /// Mode B, with the queue's `maxReceiveCount`.
-    events: Option<u32>,
+    /// Mode B on SQS: the endpoint, and the queue's `maxReceiveCount`.
+    events: Option<(String, u32)>,
     /// Mode B on Kafka, at these brokers.
     kafka: Option<String>,
+    /// Reads of Postgres wait for the voucher's events to land ([`TestApp::settle`]): the
+    /// contract tests in mode B, which compare Postgres with what the API answered.
+    settle_reads: bool,
     settings: Vec<(String, String)>,
 }
 
@@ -60,11 +63,18 @@ impl TestAppBuilder {
 
     /// The contract tests' mode: flash or standard, the counter slots, group commit.
     pub fn mode(self, mode: Mode) -> Self {
-        let builder = self.flash(mode.flash).counter_slots(mode.slots);
+        let mut builder = self.flash(mode.flash).counter_slots(mode.slots);
         if mode.group_commit {
-            builder.setting("GROUP_COMMIT_MAX", "32")
-        } else {
-            builder
+            builder = builder.setting("GROUP_COMMIT_MAX", "32");
+        }
+        builder.settle_reads = mode.mode_b.is_some();
+        match mode.mode_b {
+            None => builder,
+            Some(Broker::Kafka) => builder.with_kafka(),
+            Some(Broker::Sqs) => {
+                builder.events = Some((fauxqs_endpoint(), 5));
+                builder
+            }
         }
     }
 
@@ -84,7 +94,7 @@ impl TestAppBuilder {
     /// Mode B: a queue of the test's own and its dead-letter queue ([`TestApp::dlq_url`]),
     /// where a message moves after `max_receive` receives.
     pub fn with_events(mut self, max_receive: u32) -> Self {
-        self.events = Some(max_receive);
+        self.events = Some((sqs_endpoint(), max_receive));
         self
     }
 
@@ -174,10 +184,10 @@ impl TestAppBuilder {
         } else {
             None
         };
-        let queues = if let Some(max_receive) = self.events {
-            let (queue, dlq) = create_queues(&db_name, max_receive).await;
+        let queues = if let Some((endpoint, max_receive)) = &self.events {
+            let (queue, dlq) = create_queues(endpoint, &db_name, *max_receive).await;
             vars.insert("EVENTS_QUEUE_URL".into(), queue.clone());
-            vars.insert("SQS_ENDPOINT_URL".into(), sqs_endpoint());
+            vars.insert("SQS_ENDPOINT_URL".into(), endpoint.clone());
             Some((queue, dlq))
         } else {
             None
@@ -227,6 +237,7 @@ impl TestAppBuilder {
             pg_proxy,
             redis_proxy,
             queues,
+            settle_reads: self.settle_reads,
             shutdown: Some(tx),
             _cleanup: cleanup,
         }
@@ -261,6 +272,9 @@ pub struct TestApp {
     redis_proxy: Option<Proxy>,
     /// Mode B on SQS: the queue and its dead-letter queue.
     queues: Option<(String, String)>,
+    /// Mode B's contract tests: Postgres learns of flash winners after the answer, so reads of
+    /// it wait for the events.
+    settle_reads: bool,
     shutdown: Option<oneshot::Sender<()>>,
     /// Last on purpose: fields drop after [`Drop::drop`] has told the server to stop, in the
     /// order declared, so the database goes after everything else the test held.
@@ -276,6 +290,7 @@ impl TestApp {
             redis_proxy: false,
             events: None,
             kafka: None,
+            settle_reads: false,
             settings: Vec::new(),
         }
     }
@@ -423,9 +438,50 @@ impl TestApp {
     }
 
     pub async fn view(&self, code: &str) -> Value {
+        if self.settle_reads {
+            self.settle(code).await;
+        }
         let (status, v) = self.json("GET", &format!("/vouchers/{code}"), None).await;
         assert_eq!(status, StatusCode::OK, "{v}");
         v
+    }
+
+    /// Mode B: waits until every event of `code` has landed (none in flight, none pending in
+    /// the gate), so that what Postgres says can be compared with what the API answered.
+    pub async fn settle(&self, code: &str) {
+        let Some(events) = self.app.events() else {
+            return;
+        };
+        let parsed = voucher_code(code);
+        super::wait_for(
+            &format!("the events of {code} to land"),
+            Duration::from_secs(30),
+            async || {
+                events.in_flight(&parsed).await.is_ok_and(|n| n == 0)
+                    && self.gate_pending(code).await == 0
+            },
+        )
+        .await;
+    }
+
+    /// Loads `code` into the gate from Postgres as the warm-up would, but without asking
+    /// whether events are in flight (an operator forcing it); answers the uses it loaded.
+    pub async fn force_load(&self, code: &str) -> i64 {
+        let code = voucher_code(code);
+        let source = self
+            .app
+            .store()
+            .gate_source(&code, true)
+            .await
+            .unwrap()
+            .expect("a voucher");
+        assert!(self
+            .app
+            .gate()
+            .load(&code, &source.meta, source.remaining, &source.users)
+            .await
+            .unwrap());
+        source.remaining
     }
 
     /// A connection to the Redis this test's server uses.
@@ -536,6 +592,9 @@ impl TestApp {
 
     /// Database-side facts for exact-count assertions.
     pub async fn counts(&self, code: &str) -> Counts {
+        if self.settle_reads {
+            self.settle(code).await;
+        }
         let row = self
             .db
             .query_one(
@@ -568,6 +627,16 @@ pub struct Mode {
     pub flash: bool,
     pub slots: i64,
     pub group_commit: bool,
+    /// Mode B, on this broker (None: mode A).
+    pub mode_b: Option<Broker>,
+}
+
+/// What carries mode B's events in a contract test.
+#[derive(Debug, Clone, Copy)]
+pub enum Broker {
+    Kafka,
+    /// SQS, on the fast local emulator (fauxqs): the contract tests send thousands of events.
+    Sqs,
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ mod helpers;
 mod proxy;
 mod sqs;
 
-pub use app::{serve_with, Mode, TestApp};
+pub use app::{serve_with, Broker, Mode, TestApp};
 pub use cleanup::Cleanup;
 pub use helpers::{error_of, reserve_req, settings, unique_name, voucher_code, wait_for};
 pub use proxy::Proxy;
@@ -36,6 +36,11 @@ pub fn cluster_url() -> String {
 /// The local Kafka broker `scripts/services.sh kafka` starts.
 pub fn kafka_brokers() -> String {
     std::env::var("TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
+/// The fast local SQS emulator `scripts/services.sh fauxqs` starts.
+pub fn fauxqs_endpoint() -> String {
+    std::env::var("TEST_FAUXQS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:9325".to_owned())
 }
 
 /// The local AWS endpoint (moto): SQS and Secrets Manager.

@@ -19,9 +19,14 @@ pub fn client(queue_url: &str) -> Sqs {
 
 /// A queue and its dead-letter queue on the local SQS endpoint, named after the test.
 /// Messages become visible again after 1 s and move to the DLQ after `max_receive` receives.
-pub async fn create_queues(name: &str, max_receive: u32) -> (String, String) {
+pub async fn create_queues(endpoint: &str, name: &str, max_receive: u32) -> (String, String) {
     use aws_sdk_sqs::types::QueueAttributeName as A;
-    let sqs = client("");
+    let sqs = Sqs::new(
+        "",
+        Some(endpoint.to_owned()),
+        "us-east-1".into(),
+        Duration::from_secs(10),
+    );
     let client = sqs.client().await;
     let dlq = client
         .create_queue()
