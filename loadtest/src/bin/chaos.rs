@@ -4,7 +4,8 @@
 //!
 //! Everything it breaks is its own: a Postgres cluster in a scratch directory and a Redis on a
 //! free port, both started here, and `flashgate serve` as a child process. Mode B uses the SQS
-//! endpoint given (`--sqs-endpoint`), with a queue of its own.
+//! endpoint given (`--sqs-endpoint`), with a queue of its own, or the Kafka brokers given
+//! (`--kafka-brokers`), with a topic and consumer group of its own.
 //!
 //! Customers behave like an order service: reserve (the same orderId again on a 503 or a lost
 //! connection), then confirm a 201 (again until it answers); one in five abandons its cart
@@ -54,6 +55,9 @@ struct Args {
     /// Mode B over this SQS endpoint (mode A without).
     #[arg(long)]
     sqs_endpoint: Option<String>,
+    /// Mode B over these Kafka bootstrap servers, with a topic of its own.
+    #[arg(long, conflicts_with = "sqs_endpoint")]
+    kafka_brokers: Option<String>,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -328,10 +332,10 @@ async fn used_count(db_url: &str, code: &str) -> Option<i64> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let mode = if args.sqs_endpoint.is_some() {
-        "B"
-    } else {
-        "A"
+    let mode = match (&args.sqs_endpoint, &args.kafka_brokers) {
+        (Some(_), _) => "B",
+        (_, Some(_)) => "B-kafka",
+        _ => "A",
     };
     let scratch = std::env::temp_dir().join(format!("flashgate-chaos-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
@@ -391,7 +395,23 @@ async fn sale(
         env.push(("SQS_ENDPOINT_URL".into(), endpoint.clone()));
         env.push(("EVENTS_TIMEOUT_MS".into(), "3000".into()));
     }
-    // The database and the queue, made once before the server starts.
+    if let Some(brokers) = &args.kafka_brokers {
+        let topic = format!("chaos-{}", std::process::id());
+        for (name, value) in [
+            ("KAFKA_BROKERS", brokers.clone()),
+            ("KAFKA_TOPIC", topic.clone()),
+            ("KAFKA_DLQ_TOPIC", format!("{topic}-dlq")),
+            ("KAFKA_GROUP", topic),
+            // The local broker misreports the end offset of a multi-record batch.
+            ("KAFKA_BATCH_MESSAGES", "1".into()),
+            // A killed server's consumer-group member holds its partitions this long.
+            ("KAFKA_SESSION_TIMEOUT_MS", "2000".into()),
+            ("EVENTS_TIMEOUT_MS", "3000".into()),
+        ] {
+            env.push((name.into(), value));
+        }
+    }
+    // The database and the queue or topics, made once before the server starts.
     let map: HashMap<String, String> = env.iter().cloned().collect();
     let settings = shared::Settings::from_lookup(|k| map.get(k).cloned())?;
     let app = shared::App::new(&settings)?;
@@ -575,7 +595,7 @@ async fn checks(
     let confirmed = outcomes.iter().filter(|o| o.confirmed == Some(200)).count() as i64;
     let revoked = v["revokedCount"].as_i64().unwrap_or(0);
     // Mode B after Redis lost its data may revoke a 201 (counted); mode A never.
-    let allowed = if mode == "B" { revoked } else { 0 };
+    let allowed = if mode.starts_with('B') { revoked } else { 0 };
     let mut unconfirmed: HashMap<String, usize> = HashMap::new();
     for o in outcomes
         .iter()

@@ -11,9 +11,11 @@
 //! limit, every retry answered byte for byte like its first. It prints a table, writes a JSON
 //! summary and a self-contained HTML report (latency and allocation over time, as SVG).
 //!
-//! `--compare` runs, in this one process, its own servers (mode A, and mode B when a local SQS
-//! endpoint is given) and offers the same load to `GET /health/live` (the HTTP ceiling),
-//! a standard voucher, a flash voucher in mode A, in mode B, and a sold-out flash voucher.
+//! `--compare` runs, in this one process, its own servers (mode A, and mode B on each local SQS
+//! endpoint and Kafka broker given) and offers the same load to `GET /health/live` (the HTTP
+//! ceiling), a standard voucher, a flash voucher in mode A, in each mode B, and a sold-out flash
+//! voucher. For mode B it also reports the events still to land when the sale ends and how fast
+//! the consumer drains them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -81,9 +83,13 @@ struct Args {
     /// Compare the HTTP ceiling, standard, flash mode A, mode B and sold out, in one run.
     #[arg(long)]
     compare: bool,
-    /// With --compare: a local SQS endpoint (e.g. http://127.0.0.1:9324) to include mode B.
+    /// With --compare: a local SQS endpoint (e.g. http://127.0.0.1:9324) to include mode B on
+    /// it; may be given more than once.
     #[arg(long)]
-    sqs_endpoint: Option<String>,
+    sqs_endpoint: Vec<String>,
+    /// With --compare: Kafka bootstrap servers (e.g. 127.0.0.1:9092) to include mode B on Kafka.
+    #[arg(long)]
+    kafka_brokers: Option<String>,
     /// With --compare: Postgres server for the in-process Flashgate (a fresh database is used).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
     postgres: String,
@@ -237,13 +243,21 @@ struct PhaseSummary {
     achieved: f64,
     p50: f64,
     p99: f64,
+    /// p99 of the 201s alone.
+    winners_p99: Option<f64>,
     outcomes: Vec<(String, usize)>,
+    /// Mode B: events not yet in Postgres when the last answer came, and the rate the consumer
+    /// landed them at (from the sale's start to the last one landed).
+    drain: Option<(i64, f64)>,
 }
 
 fn summarize(name: &str, answers: &[Answer], offered: f64) -> PhaseSummary {
     let last = answers.iter().map(|a| a.done).max().unwrap_or_default();
     let all: Vec<&Answer> = answers.iter().collect();
     let h = histogram(&all);
+    let winners: Vec<&Answer> = answers.iter().filter(|a| a.status == 201).collect();
+    let winners_p99 =
+        (!winners.is_empty()).then(|| ms(histogram(&winners).value_at_quantile(0.99)));
     let mut outcomes: HashMap<String, usize> = HashMap::new();
     for a in answers {
         *outcomes.entry(a.outcome()).or_default() += 1;
@@ -256,7 +270,9 @@ fn summarize(name: &str, answers: &[Answer], offered: f64) -> PhaseSummary {
         achieved: answers.len() as f64 / last.as_secs_f64().max(1e-9),
         p50: ms(h.value_at_quantile(0.5)),
         p99: ms(h.value_at_quantile(0.99)),
+        winners_p99,
         outcomes,
+        drain: None,
     }
 }
 
@@ -719,29 +735,67 @@ fn chart_svg(unit: &str, span: f64, ymax: f64, lines: &[Line]) -> anyhow::Result
     Ok(svg)
 }
 
+/// One of `--compare`'s servers: a tag (its Redis key prefix), a label, its settings.
+type Server = (String, String, Vec<(&'static str, String)>);
+
 /// `--compare`: the same offered load against each path, in one process.
 async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
     let scratch = Scratch::new("flashsale", &args.postgres, &args.redis);
     let total = (args.rate * args.duration) as usize;
-    let mut servers = vec![("A", None)];
-    if let Some(endpoint) = &args.sqs_endpoint {
-        servers.push(("B", Some(endpoint.clone())));
+    // Mode A, then each mode B asked for.
+    let mut servers: Vec<Server> = vec![("A".into(), "mode A".into(), Vec::new())];
+    for (i, endpoint) in args.sqs_endpoint.iter().enumerate() {
+        // The emulator's own URL for the queue: they differ in form.
+        let url = shared::events::sqs::Sqs::new(
+            "",
+            Some(endpoint.clone()),
+            "us-east-1".into(),
+            Duration::from_secs(10),
+        )
+        .client()
+        .await
+        .create_queue()
+        .queue_name(format!("{}-{i}", scratch.name()))
+        .send()
+        .await?
+        .queue_url()
+        .unwrap_or_default()
+        .to_owned();
+        servers.push((
+            format!("B{i}"),
+            format!("mode B, SQS at {}", endpoint.trim_start_matches("http://")),
+            vec![
+                ("EVENTS_QUEUE_URL", url),
+                ("SQS_ENDPOINT_URL", endpoint.clone()),
+                ("AWS_REGION", "us-east-1".into()),
+                ("EVENTS_TIMEOUT_MS", "10000".into()),
+            ],
+        ));
+    }
+    if let Some(brokers) = &args.kafka_brokers {
+        servers.push((
+            "K".into(),
+            "mode B, Kafka".into(),
+            vec![
+                ("KAFKA_BROKERS", brokers.clone()),
+                ("KAFKA_TOPIC", scratch.name().to_owned()),
+                ("KAFKA_DLQ_TOPIC", format!("{}-dlq", scratch.name())),
+                ("KAFKA_GROUP", scratch.name().to_owned()),
+                // The local broker (tansu) misreports the end offset of a multi-record batch.
+                ("KAFKA_BATCH_MESSAGES", "1".into()),
+                ("KAFKA_SESSION_TIMEOUT_MS", "2000".into()),
+                ("EVENTS_TIMEOUT_MS", "10000".into()),
+            ],
+        ));
     }
     let mut bases = HashMap::new();
-    for (mode, endpoint) in &servers {
+    for (tag, _, extra) in &servers {
         let mut env = vec![
             ("DATABASE_POOL_SIZE", "8".to_owned()),
             ("SWEEP_INTERVAL_SECONDS", "0".to_owned()),
         ];
-        if let Some(e) = endpoint {
-            env.push((
-                "EVENTS_QUEUE_URL",
-                format!("{e}/123456789012/{}", scratch.name()),
-            ));
-            env.push(("SQS_ENDPOINT_URL", e.clone()));
-            env.push(("EVENTS_TIMEOUT_MS", "10000".to_owned()));
-        }
-        let settings = scratch.settings(mode, &env)?;
+        env.extend(extra.iter().cloned());
+        let settings = scratch.settings(tag, &env)?;
         let app = shared::App::new(&settings)?;
         app.prepare_database().await?;
         app.prepare_events().await?;
@@ -752,7 +806,7 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
             shared::server::Background::from_settings(&settings),
             std::future::pending(),
         ));
-        bases.insert(*mode, format!("http://{addr}"));
+        bases.insert(tag.clone(), format!("http://{addr}"));
     }
     let a = bases["A"].clone();
     println!(
@@ -775,13 +829,14 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         ("standard".into(), a.clone(), false),
         ("flash, mode A".into(), a.clone(), true),
     ];
-    if let Some(b) = bases.get("B") {
-        runs.push(("flash, mode B".into(), b.clone(), true));
+    for (tag, label, _) in servers.iter().skip(1) {
+        runs.push((format!("flash, {label}"), bases[tag].clone(), true));
     }
     let mut sold_out_code = None;
     for (i, (name, base, flash)) in runs.iter().enumerate() {
         let code = format!("CMP{i}");
         create_voucher(http, base, &code, args, *flash).await?;
+        let started = Instant::now();
         let answers = offer(
             http,
             reserve_requests(base, &code, &planned),
@@ -796,10 +851,15 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
             .map(|a| &a.body)
             .collect::<std::collections::HashSet<_>>()
             .len() as i64;
+        let used_at_end = voucher(http, base, &code).await?["usedCount"]
+            .as_i64()
+            .unwrap_or(0);
         let view = settled_view(http, base, &code, granted).await?;
+        let drained = started.elapsed().as_secs_f64();
         println!(
-            "{name}: {granted} granted, server usedCount {}",
-            view["usedCount"]
+            "{name}: {granted} granted, server usedCount {} ({} still to land when the sale ended)",
+            view["usedCount"],
+            granted - used_at_end
         );
         if view["usedCount"].as_i64().unwrap_or(0) > args.uses {
             bail!("{name} over-allocated");
@@ -807,7 +867,11 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         if name == "flash, mode A" {
             sold_out_code = Some(code.clone());
         }
-        phases.push(summarize(name, &answers, args.rate as f64));
+        let mut summary = summarize(name, &answers, args.rate as f64);
+        if name.contains("mode B") {
+            summary.drain = Some((granted - used_at_end, granted as f64 / drained));
+        }
+        phases.push(summary);
     }
     if let Some(code) = sold_out_code {
         // Another stream than the sale's, so the late customers are not the same ones again.
@@ -829,19 +893,22 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         phases.push(summarize("flash, sold out", &answers, args.rate as f64));
     }
     let ceiling = phases[0].achieved;
-    println!("\n| phase | offered req/s | achieved req/s | ratio to ceiling | p50 ms | p99 ms | outcomes |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("\n| phase | offered req/s | achieved req/s | ratio to ceiling | p50 ms | p99 ms | winners' p99 ms | outcomes | to land at end, drain events/s |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for p in &phases {
         let outcomes: Vec<String> = p.outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
         println!(
-            "| {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} |",
+            "| {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             p.name,
             p.offered,
             p.achieved,
             p.achieved / ceiling,
             p.p50,
             p.p99,
-            outcomes.join(", ")
+            p.winners_p99.map_or("".into(), |v| format!("{v:.2}")),
+            outcomes.join(", "),
+            p.drain
+                .map_or("".into(), |(left, rate)| format!("{left}, {rate:.0}/s"))
         );
     }
     // A failed run keeps its database to look into; a finished one leaves nothing behind.
