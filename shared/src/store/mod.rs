@@ -10,6 +10,7 @@
 mod merge;
 mod sweeps;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -43,8 +44,9 @@ const MIGRATION_LOCK: i64 = 0x666c_6173_6867_6174; // "flashgat"
 pub struct Store {
     pool: Pool,
     /// The pool's connection settings, credentials included (the maintenance connection of
-    /// `ensure_database` reuses them).
-    pg: tokio_postgres::Config,
+    /// `ensure_database` reuses them). Behind an `Arc`: a `Store` is cloned into every service,
+    /// and the router clones the `App` for every request.
+    pg: Arc<tokio_postgres::Config>,
     /// Built once when `sslmode` asks for TLS (it reads the system's roots), shared by the
     /// pool and that maintenance connection.
     tls: Option<tls::PostgresTls>,
@@ -176,7 +178,11 @@ impl Store {
             .recycle_timeout(Some(settings.database_timeout))
             .build()
             .map_err(StoreError::Build)?;
-        Ok(Store { pool, pg, tls })
+        Ok(Store {
+            pool,
+            pg: Arc::new(pg),
+            tls,
+        })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
@@ -185,7 +191,7 @@ impl Store {
 
     /// Creates the database named in the URL if it does not exist yet (local runs, tests).
     pub async fn ensure_database(&self) -> Result<(), StoreError> {
-        let mut cfg = self.pg.clone();
+        let mut cfg = (*self.pg).clone();
         let name = cfg.get_dbname().unwrap_or("postgres").to_owned();
         cfg.dbname("postgres");
         cfg.connect_timeout(Duration::from_secs(5));
