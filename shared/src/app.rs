@@ -152,6 +152,16 @@ impl App {
         }
     }
 
+    /// Opens mode B's sending side ahead of the first reserve (see [`Transport::connect`]);
+    /// a failure is logged, and the first send tries again.
+    pub async fn connect_events(&self) {
+        if let Some(events) = &self.events {
+            if let Err(e) = events.connect().await {
+                tracing::warn!(error = %crate::telemetry::Chain(&e), "event transport not connected yet");
+            }
+        }
+    }
+
     /// Postgres and Redis each answer within `limit`.
     pub async fn health(&self, limit: Duration) -> Health {
         let postgres = tokio::time::timeout(limit, self.store.ping()).await;

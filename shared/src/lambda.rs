@@ -18,7 +18,12 @@ async fn app() -> Result<App, lambda_runtime::Error> {
 
 /// An HTTP function: its family of routes of the shared router, through `lambda_http`.
 pub async fn run(routes: http::Routes) -> Result<(), lambda_http::Error> {
-    lambda_http::run(http::router(app().await?, routes)).await
+    let app = app().await?;
+    if routes == http::Routes::Reserve {
+        // At cold start (before a sale, with provisioned concurrency), not on a winner's path.
+        app.connect_events().await;
+    }
+    lambda_http::run(http::router(app, routes)).await
 }
 
 /// The sweeper function: one sweep per scheduled event.

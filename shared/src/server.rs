@@ -64,6 +64,11 @@ pub async fn serve(
     if let (true, Some(events)) = (background.poll_events, app.events()) {
         tasks.push(tokio::spawn(events.clone().consume(app.consumer().clone())));
     }
+    // The reserve path's producer opens beside the listener, not in front of it.
+    let connecting = app.clone();
+    tasks.push(tokio::spawn(
+        async move { connecting.connect_events().await },
+    ));
     let served = axum::serve(listener, router(app, Routes::All))
         .with_graceful_shutdown(shutdown)
         .await;

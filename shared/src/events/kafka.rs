@@ -572,6 +572,9 @@ fn client_config(s: &KafkaSettings) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &s.brokers)
+        // Small requests on the reserve path: without this, Nagle's algorithm holds a produce
+        // request back until the last one is acknowledged.
+        .set("socket.nagle.disable", "true")
         // Topics are created with their partition count by `prepare`, never by a client that
         // names one: a topic made on the fly would have the broker's default count, and every
         // voucher's partition would move.
@@ -614,6 +617,25 @@ impl Transport for Kafka {
 
     fn prepare(&self) -> BoxFuture<'_, Result<(), EventError>> {
         self.create_topics().boxed()
+    }
+
+    fn connect(&self) -> BoxFuture<'_, Result<(), EventError>> {
+        async {
+            // The producer learns the topic's leaders now: on a first send it would ask the
+            // brokers first, and every winner of a sale's first moment would wait for that.
+            let (producer, topic, timeout) =
+                (self.producer()?, self.settings.topic.clone(), self.timeout);
+            blocking(move || {
+                producer
+                    .client()
+                    .fetch_metadata(Some(&topic), timeout)
+                    .map_err(kafka("Metadata"))
+            })
+            .await?;
+            self.partitions().await?;
+            Ok(())
+        }
+        .boxed()
     }
 
     fn consume(self: Arc<Self>, consumer: Consumer) -> BoxFuture<'static, ()> {

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
 use crate::consumer::Consumer;
@@ -134,6 +135,13 @@ pub trait Transport: Send + Sync {
     /// Creates the queue or topics if they do not exist: Kafka topics always (the `migrate`
     /// step does it at deploy), an SQS queue only on a local endpoint.
     fn prepare(&self) -> BoxFuture<'_, Result<(), EventError>>;
+
+    /// Opens what sending needs before the first send (Kafka: the producer, whose idempotent
+    /// session takes a round trip to set up, and the topic's partition count), so that the
+    /// first reserves of a sale do not wait for it. Nothing for SQS.
+    fn connect(&self) -> BoxFuture<'_, Result<(), EventError>> {
+        futures::future::ready(Ok(())).boxed()
+    }
 
     /// Consumes in this process until the future is dropped: `flashgate serve`'s stand-in for
     /// Lambda's event source. Only what the consumer has committed to Postgres is acknowledged.
