@@ -16,12 +16,13 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use crate::domain::{OrderId, Status, VoucherCode};
+pub use crate::errors::ConsumeError;
 use crate::errors::StoreError;
-pub use crate::errors::{ConsumeError, KafkaBatchError};
-use crate::events::{ReservedEvent, EVENT_TYPE, EVENT_VERSION};
+use crate::events::{Landing, ReservedEvent, Sink, EVENT_TYPE, EVENT_VERSION};
 use crate::gate::{Gate, Removal};
 use crate::store::{is_unknown_voucher, Merge, MergeOutcome, Merged, Store, MERGE_BATCH_MAX};
 use crate::telemetry::{emit_metrics, Chain, Unit};
@@ -207,5 +208,25 @@ impl Consumer {
         {
             tracing::warn!(code = %e.code, order_id = %e.order_id, error = %Chain(&err), "gate revoke failed");
         }
+    }
+}
+
+/// What the transports deliver to: each event's answer as a [`Landing`].
+impl Sink for Consumer {
+    fn land<'a>(&'a self, bodies: &'a [&'a str]) -> BoxFuture<'a, Vec<Landing>> {
+        async move {
+            self.consume_all(bodies)
+                .await
+                .into_iter()
+                .map(|result| match result {
+                    Ok(_) => Landing::Landed,
+                    Err(e @ (ConsumeError::Poison(_) | ConsumeError::Panicked)) => {
+                        Landing::Poison(Chain(&e).to_string())
+                    }
+                    Err(e @ ConsumeError::Store(_)) => Landing::Retry(Chain(&e).to_string()),
+                })
+                .collect()
+        }
+        .boxed()
     }
 }

@@ -292,13 +292,3 @@ pub enum ConsumeError {
     #[error("panicked")]
     Panicked,
 }
-
-/// Why a Kafka batch (Lambda's MSK event source) is answered with a failure: the event source
-/// retries the whole batch, then records it in its on-failure destination.
-#[derive(Debug, thiserror::Error)]
-#[error("{failed} of {total} records did not land (first: {first})")]
-pub struct KafkaBatchError {
-    pub failed: usize,
-    pub total: usize,
-    pub first: String,
-}

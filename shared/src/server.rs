@@ -62,7 +62,8 @@ pub async fn serve(
         )));
     }
     if let (true, Some(events)) = (background.poll_events, app.events()) {
-        tasks.push(tokio::spawn(events.clone().consume(app.consumer().clone())));
+        let sink = std::sync::Arc::new(app.consumer().clone());
+        tasks.push(tokio::spawn(events.clone().consume(sink)));
     }
     // The reserve path's producer opens beside the listener, not in front of it.
     let connecting = app.clone();

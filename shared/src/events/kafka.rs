@@ -36,9 +36,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
-use super::{bounded, EventError, ReservedEvent, Transport};
+use super::{bounded, EventError, Landing, ReservedEvent, Sink, Transport};
 use crate::config::{KafkaAuth, KafkaSettings};
-use crate::consumer::{ConsumeError, Consumer, KafkaBatchError};
 use crate::domain::VoucherCode;
 use crate::telemetry::Chain;
 use crate::telemetry::{emit_metrics, Unit};
@@ -84,6 +83,16 @@ fn murmur2(data: &[u8]) -> u32 {
     h = h.wrapping_mul(M);
     h ^= h >> 15;
     h
+}
+
+/// Why an MSK batch (Lambda's event source) is answered with a failure: the event source
+/// retries the whole batch, then records it in its on-failure destination.
+#[derive(Debug, thiserror::Error)]
+#[error("{failed} of {total} records did not land (first: {first})")]
+pub struct KafkaBatchError {
+    pub failed: usize,
+    pub total: usize,
+    pub first: String,
 }
 
 /// The client context: signs MSK IAM tokens when `KAFKA_AUTH=iam`.
@@ -364,10 +373,10 @@ impl Kafka {
     }
 
     /// Consumes as a member of the group until dropped; a member that fails is built again.
-    async fn run(self: Arc<Self>, consumer: Consumer) {
+    async fn run(self: Arc<Self>, sink: Arc<dyn Sink>) {
         loop {
             match self.member() {
-                Ok(member) => self.consume_with(&member, &consumer).await,
+                Ok(member) => self.consume_with(&member, sink.as_ref()).await,
                 Err(e) => tracing::warn!(error = %Chain(&e), "Kafka consumer could not start"),
             }
             tokio::time::sleep(RETRY_PAUSE).await;
@@ -396,7 +405,7 @@ impl Kafka {
         Ok(member)
     }
 
-    async fn consume_with(&self, member: &StreamConsumer<Context>, consumer: &Consumer) {
+    async fn consume_with(&self, member: &StreamConsumer<Context>, sink: &dyn Sink) {
         loop {
             let first = match member.recv().await {
                 Ok(m) => m.detach(),
@@ -423,7 +432,7 @@ impl Kafka {
                     payload: m.payload(),
                 })
                 .collect();
-            let landed = self.settle(consumer, &records).await;
+            let landed = self.settle(sink, &records).await;
             // Per partition: the offset to commit, and whether a record failed there.
             let mut partitions: Vec<(i32, i64, bool)> = Vec::new();
             for (r, landed) in records.iter().zip(landed) {
@@ -484,19 +493,18 @@ impl Kafka {
     /// panic) to the dead-letter topic with the reason. True for each record that is done with:
     /// landed, or dead-lettered; false for one to read again (Postgres unreachable, or the
     /// dead-letter topic).
-    pub async fn settle(&self, consumer: &Consumer, records: &[Record<'_>]) -> Vec<bool> {
+    pub async fn settle(&self, sink: &dyn Sink, records: &[Record<'_>]) -> Vec<bool> {
         let bodies: Vec<String> = records
             .iter()
             .map(|r| String::from_utf8_lossy(r.payload.unwrap_or_default()).into_owned())
             .collect();
         let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
-        let results = consumer.consume_all(&refs).await;
+        let landings = sink.land(&refs).await;
         let mut done = Vec::with_capacity(records.len());
-        for (r, result) in records.iter().zip(results) {
-            done.push(match result {
-                Ok(_) => true,
-                Err(e @ (ConsumeError::Poison(_) | ConsumeError::Panicked)) => {
-                    let reason = Chain(&e).to_string();
+        for (r, landing) in records.iter().zip(landings) {
+            done.push(match landing {
+                Landing::Landed => true,
+                Landing::Poison(reason) => {
                     tracing::warn!(partition = r.partition, offset = r.offset, error = %reason, "record to the dead-letter topic");
                     emit_metrics("consumer", &[("DeadLettered", Unit::Count, 1)]);
                     match self.dead_letter(r.key, r.payload, &reason).await {
@@ -507,8 +515,8 @@ impl Kafka {
                         }
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(partition = r.partition, offset = r.offset, error = %Chain(&e), "record failed; to be read again");
+                Landing::Retry(reason) => {
+                    tracing::warn!(partition = r.partition, offset = r.offset, error = %reason, "record failed; to be read again");
                     false
                 }
             });
@@ -523,7 +531,7 @@ impl Kafka {
     /// batch in its on-failure destination.
     pub async fn handle_msk(
         &self,
-        consumer: &Consumer,
+        sink: &dyn Sink,
         event: KafkaEvent,
     ) -> Result<usize, KafkaBatchError> {
         let mut records: Vec<_> = event.records.into_values().flatten().collect();
@@ -548,7 +556,7 @@ impl Kafka {
                 payload: value.as_deref(),
             })
             .collect();
-        let done = self.settle(consumer, &views).await;
+        let done = self.settle(sink, &views).await;
         let total = done.len();
         let failed: Vec<&Record<'_>> = views
             .iter()
@@ -638,8 +646,8 @@ impl Transport for Kafka {
         .boxed()
     }
 
-    fn consume(self: Arc<Self>, consumer: Consumer) -> BoxFuture<'static, ()> {
-        self.run(consumer).boxed()
+    fn consume(self: Arc<Self>, sink: Arc<dyn Sink>) -> BoxFuture<'static, ()> {
+        self.run(sink).boxed()
     }
 }
 

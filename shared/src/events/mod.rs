@@ -24,7 +24,6 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
-use crate::consumer::Consumer;
 use crate::domain::{Held, Reserve, VoucherCode};
 
 pub const EVENT_TYPE: &str = "voucher-reserved";
@@ -115,6 +114,26 @@ pub(crate) async fn bounded<T>(
         .map_err(|_| EventError::Timeout(broker, limit))?
 }
 
+/// What became of one event handed to a [`Sink`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Landing {
+    /// In Postgres (or already there): acknowledge it.
+    Landed,
+    /// Can never land (not an event, an unknown voucher, a panic): the reason. SQS retries it
+    /// and then moves it to the dead-letter queue; Kafka sends it to the dead-letter topic.
+    Poison(String),
+    /// May land later (Postgres unreachable): deliver it again.
+    Retry(String),
+}
+
+/// Where a transport delivers the bodies it consumes: the consumer (`crate::consumer`), which
+/// merges a batch in one transaction. A trait here, so that the transports need nothing of the
+/// consumer and the consumer nothing of the transports.
+pub trait Sink: Send + Sync {
+    /// One answer per body, in the order given.
+    fn land<'a>(&'a self, bodies: &'a [&'a str]) -> BoxFuture<'a, Vec<Landing>>;
+}
+
 /// What carries `voucher-reserved` events from the reserve path to the consumer.
 ///
 /// Boxed futures rather than `async fn`: the reservations service holds the transport as
@@ -145,5 +164,5 @@ pub trait Transport: Send + Sync {
 
     /// Consumes in this process until the future is dropped: `flashgate serve`'s stand-in for
     /// Lambda's event source. Only what the consumer has committed to Postgres is acknowledged.
-    fn consume(self: Arc<Self>, consumer: Consumer) -> BoxFuture<'static, ()>;
+    fn consume(self: Arc<Self>, sink: Arc<dyn Sink>) -> BoxFuture<'static, ()>;
 }

@@ -7,15 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, QueueAttributeName};
 use aws_sdk_sqs::Client;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::OnceCell;
 
-use super::{bounded, EventError, ReservedEvent, Transport};
-use crate::consumer::Consumer;
+use super::{bounded, EventError, Landing, ReservedEvent, Sink, Transport};
 use crate::domain::VoucherCode;
 use crate::telemetry::Chain;
 
@@ -210,38 +208,30 @@ impl Transport for Sqs {
         self.ensure_local_queue().boxed()
     }
 
-    fn consume(self: Arc<Self>, consumer: Consumer) -> BoxFuture<'static, ()> {
-        poll(consumer, self).boxed()
+    fn consume(self: Arc<Self>, sink: Arc<dyn Sink>) -> BoxFuture<'static, ()> {
+        poll(sink, self).boxed()
     }
 }
 
-/// The local stand-in for Lambda's SQS trigger: receive, hand the batch to the same handler,
-/// delete what succeeded; failures become visible again and SQS redrives them to the
-/// dead-letter queue after `maxReceiveCount`.
-async fn poll(consumer: Consumer, sqs: Arc<Sqs>) {
+/// The local stand-in for Lambda's SQS trigger: receive, hand the batch to the consumer,
+/// delete what landed; the rest becomes visible again and SQS redrives it to the dead-letter
+/// queue after `maxReceiveCount`.
+async fn poll(sink: Arc<dyn Sink>, sqs: Arc<Sqs>) {
     loop {
         // Short polls with a pause when empty: local SQS servers serialise long polls.
         match sqs.receive(Duration::ZERO).await {
             Ok(received) if !received.is_empty() => {
-                let mut batch = SqsEvent::default();
-                for r in &received {
-                    let mut m = SqsMessage::default();
-                    m.message_id = Some(r.message_id.clone());
-                    m.receipt_handle = Some(r.receipt_handle.clone());
-                    m.body = Some(r.body.clone());
-                    batch.records.push(m);
+                let bodies: Vec<&str> = received.iter().map(|r| r.body.as_str()).collect();
+                let landings = sink.land(&bodies).await;
+                let mut done = Vec::with_capacity(received.len());
+                for (r, landing) in received.iter().zip(landings) {
+                    match landing {
+                        Landing::Landed => done.push(r.receipt_handle.as_str()),
+                        Landing::Poison(why) | Landing::Retry(why) => {
+                            tracing::warn!(message_id = %r.message_id, error = %why, "event failed")
+                        }
+                    }
                 }
-                let response = consumer.handle_batch(batch).await;
-                let failed: Vec<&str> = response
-                    .batch_item_failures
-                    .iter()
-                    .map(|f| f.item_identifier.as_str())
-                    .collect();
-                let done: Vec<&str> = received
-                    .iter()
-                    .filter(|r| !failed.contains(&r.message_id.as_str()))
-                    .map(|r| r.receipt_handle.as_str())
-                    .collect();
                 if let Err(e) = sqs.delete(&done).await {
                     tracing::warn!(error = %Chain(&e), "could not delete consumed messages");
                 }

@@ -357,7 +357,8 @@ impl TestApp {
     pub fn start_kafka_consumer(&self) -> AbortOnDrop {
         use shared::events::Transport;
         let kafka = self.kafka().clone();
-        AbortOnDrop(tokio::spawn(kafka.consume(self.app.consumer().clone())))
+        let sink = std::sync::Arc::new(self.app.consumer().clone());
+        AbortOnDrop(tokio::spawn(kafka.consume(sink)))
     }
 
     /// A client of the test's queue of mode B, apart from the server's.
