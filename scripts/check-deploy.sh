@@ -30,8 +30,11 @@ cfn-lint --include-checks I -- template.yaml
 log "sam validate --lint"
 sam validate --lint
 
-log "sam build (x86_64)"
-sam build --parameter-overrides Architecture=x86_64 --build-dir .flashgate/sam-build
+# Built as mode B on Kafka, the deployment with the most parts (MSK cluster, event source
+# mapping, on-failure queue); the functions are the same binaries in every mode.
+log "sam build (x86_64, ConsistencyMode=B, EventTransport=kafka)"
+sam build --parameter-overrides Architecture=x86_64 ConsistencyMode=B EventTransport=kafka \
+  --build-dir .flashgate/sam-build
 for fn in Reserve Confirm Release Admin Consumer Sweeper Migrate; do
   bootstrap=".flashgate/sam-build/${fn}Function/bootstrap"
   [ -x "$bootstrap" ] || { log "missing $bootstrap"; exit 1; }
