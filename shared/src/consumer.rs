@@ -4,9 +4,10 @@
 //! commit for the batch), each message with the lattice merge (`fg_merge`, `revoke = true`) in
 //! a savepoint of its own: a duplicate, a late event after a release or expiry, or events in any
 //! order change nothing twice, and a message that fails (bad JSON, an unknown voucher, a panic,
-//! a deadlock with another batch) fails alone. The batch answer lists only the failed message
-//! ids (`ReportBatchItemFailures`); SQS redelivers those, then moves them to the dead-letter
-//! queue after `maxReceiveCount` tries. With Postgres down, the whole batch fails and comes back.
+//! a deadlock with another batch) fails alone, as poison (never lands) or to retry. The consumer
+//! is an `events::Sink`: each transport turns those answers into its own (SQS: the failed
+//! message ids; Kafka: the dead-letter topic, or the offset to read again). With Postgres down,
+//! the whole batch fails and comes back.
 //!
 //! When Postgres refuses the use (the voucher is full: only possible after the gate lost data),
 //! the row is stored RELEASED with reason REVOKED, the gate gets a tombstone without the use
@@ -15,7 +16,6 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
@@ -64,27 +64,6 @@ pub fn parse(body: &str) -> Result<ReservedEvent, ConsumeError> {
 impl Consumer {
     pub fn new(store: Store, gate: Arc<Gate>) -> Consumer {
         Consumer { store, gate }
-    }
-
-    /// The Lambda handler body: one SQS batch in, the failed message ids out.
-    pub async fn handle_batch(&self, event: SqsEvent) -> SqsBatchResponse {
-        let bodies: Vec<&str> = event
-            .records
-            .iter()
-            .map(|m| m.body.as_deref().unwrap_or(""))
-            .collect();
-        let results = self.consume_all(&bodies).await;
-        let mut response = SqsBatchResponse::default();
-        for (message, result) in event.records.iter().zip(results) {
-            if let Err(problem) = result {
-                let id = message.message_id.clone().unwrap_or_default();
-                tracing::warn!(message_id = %id, error = %Chain(&problem), "event failed");
-                let mut failure = BatchItemFailure::default();
-                failure.item_identifier = id;
-                response.batch_item_failures.push(failure);
-            }
-        }
-        response
     }
 
     /// One event.

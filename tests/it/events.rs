@@ -10,6 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::consumer::Consumed;
 use shared::domain::ReserveOutcome;
+use shared::events::sqs::handle_batch;
 use shared::events::ReservedEvent;
 
 use crate::harness::{reserve_req, wait_for, TestApp};
@@ -92,11 +93,11 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
     assert_eq!(app.gate_remaining("QUEUED").await, Some(0));
 
     // The same event twice, in one batch.
-    let twice = app
-        .app
-        .consumer()
-        .handle_batch(batch(&[bodies[0].clone(), bodies[0].clone()]))
-        .await;
+    let twice = handle_batch(
+        app.app.consumer(),
+        batch(&[bodies[0].clone(), bodies[0].clone()]),
+    )
+    .await;
     assert!(twice.batch_item_failures.is_empty());
     // Then all of them, a third again, in a shuffled order.
     let again: Vec<String> = bodies.iter().step_by(3).cloned().collect();
@@ -109,7 +110,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
         bodies.swap(i, (seed >> 33) as usize % (i + 1));
     }
     for chunk in bodies.chunks(10) {
-        let response = app.app.consumer().handle_batch(batch(chunk)).await;
+        let response = handle_batch(app.app.consumer(), batch(chunk)).await;
         assert!(response.batch_item_failures.is_empty());
     }
     let counts = app.counts("QUEUED").await;
@@ -444,7 +445,7 @@ async fn a_batch_lands_together_and_a_message_postgres_rejects_fails_alone() {
     for (i, m) in sqs.records.iter_mut().enumerate() {
         m.message_id = Some(format!("m{i}"));
     }
-    let response = app.app.consumer().handle_batch(sqs).await;
+    let response = handle_batch(app.app.consumer(), sqs).await;
     let failed: Vec<&str> = response
         .batch_item_failures
         .iter()

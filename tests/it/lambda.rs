@@ -4,6 +4,7 @@
 use http_body_util::BodyExt;
 use lambda_http::request::LambdaRequest;
 use serde_json::{json, Value};
+use shared::events::sqs::handle_batch;
 use shared::http::{router, Routes};
 use tower::ServiceExt;
 
@@ -61,7 +62,7 @@ async fn consumer_lands_the_sqs_fixture_event() {
     app.voucher("SMOKE-EVENTS", 5, json!({})).await;
     let batch = serde_json::from_str(include_str!("../fixtures/sqs-voucher-reserved.json"))
         .expect("fixture is an SQS event");
-    let answer = app.app.consumer().handle_batch(batch).await;
+    let answer = handle_batch(app.app.consumer(), batch).await;
     assert!(answer.batch_item_failures.is_empty());
     let (status, body) = app
         .call(

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, QueueAttributeName};
 use aws_sdk_sqs::Client;
 use futures::future::BoxFuture;
@@ -213,25 +214,54 @@ impl Transport for Sqs {
     }
 }
 
-/// The local stand-in for Lambda's SQS trigger: receive, hand the batch to the consumer,
-/// delete what landed; the rest becomes visible again and SQS redrives it to the dead-letter
-/// queue after `maxReceiveCount`.
+/// The SQS event source's handler body, in Lambda and in the local poller: the batch's messages
+/// handed to the consumer, the ids of those that did not land out (`ReportBatchItemFailures`).
+/// SQS delivers those again, and moves them to the dead-letter queue after `maxReceiveCount`.
+pub async fn handle_batch(sink: &dyn Sink, event: SqsEvent) -> SqsBatchResponse {
+    let bodies: Vec<&str> = event
+        .records
+        .iter()
+        .map(|m| m.body.as_deref().unwrap_or(""))
+        .collect();
+    let landings = sink.land(&bodies).await;
+    let mut response = SqsBatchResponse::default();
+    for (message, landing) in event.records.iter().zip(landings) {
+        if let Landing::Poison(why) | Landing::Retry(why) = landing {
+            let id = message.message_id.clone().unwrap_or_default();
+            tracing::warn!(message_id = %id, error = %why, "event failed");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    response
+}
+
+/// The local stand-in for Lambda's SQS trigger: receive, hand the batch to the same handler,
+/// delete what landed; the rest becomes visible again.
 async fn poll(sink: Arc<dyn Sink>, sqs: Arc<Sqs>) {
     loop {
         // Short polls with a pause when empty: local SQS servers serialise long polls.
         match sqs.receive(Duration::ZERO).await {
             Ok(received) if !received.is_empty() => {
-                let bodies: Vec<&str> = received.iter().map(|r| r.body.as_str()).collect();
-                let landings = sink.land(&bodies).await;
-                let mut done = Vec::with_capacity(received.len());
-                for (r, landing) in received.iter().zip(landings) {
-                    match landing {
-                        Landing::Landed => done.push(r.receipt_handle.as_str()),
-                        Landing::Poison(why) | Landing::Retry(why) => {
-                            tracing::warn!(message_id = %r.message_id, error = %why, "event failed")
-                        }
-                    }
+                let mut batch = SqsEvent::default();
+                for r in &received {
+                    let mut m = SqsMessage::default();
+                    m.message_id = Some(r.message_id.clone());
+                    m.body = Some(r.body.clone());
+                    batch.records.push(m);
                 }
+                let response = handle_batch(sink.as_ref(), batch).await;
+                let failed: Vec<&str> = response
+                    .batch_item_failures
+                    .iter()
+                    .map(|f| f.item_identifier.as_str())
+                    .collect();
+                let done: Vec<&str> = received
+                    .iter()
+                    .filter(|r| !failed.contains(&r.message_id.as_str()))
+                    .map(|r| r.receipt_handle.as_str())
+                    .collect();
                 if let Err(e) = sqs.delete(&done).await {
                     tracing::warn!(error = %Chain(&e), "could not delete consumed messages");
                 }
