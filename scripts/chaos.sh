@@ -18,6 +18,8 @@ log() { printf '[chaos] %s\n' "$*" >&2; }
 
 ./scripts/services.sh sqs kafka >/dev/null
 cargo build --locked --bin flashgate --bin chaos
+. scripts/lib.sh
+bin=$(target_dir)/debug
 seconds=${CHAOS_SECONDS:-20}
 status=0
 for mode in A B B-kafka; do
@@ -25,7 +27,7 @@ for mode in A B B-kafka; do
   [ "$mode" = B ] && extra=(--sqs-endpoint http://127.0.0.1:9324)
   [ "$mode" = B-kafka ] && extra=(--kafka-brokers 127.0.0.1:9092)
   log "mode $mode, $seconds s"
-  ./target/debug/chaos --server-bin ./target/debug/flashgate --duration "$seconds" "${extra[@]}" || status=1
+  "$bin/chaos" --server-bin "$bin/flashgate" --duration "$seconds" "${extra[@]}" || status=1
 done
 [ "$status" = 0 ] && log "every check passed" || log "a check failed"
 exit "$status"

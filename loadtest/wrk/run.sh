@@ -20,6 +20,7 @@
 # through the environment.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/lib.sh
 
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-64}
@@ -36,7 +37,7 @@ psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $DB" >/de
 
 serve() { # PORT [SETTING=VALUE...]
   env DATABASE_URL=postgres://postgres@127.0.0.1:5432/$DB REDIS_KEY_PREFIX=$DB: PORT=$1 \
-    SWEEP_INTERVAL_SECONDS=0 RUST_LOG=warn "${@:2}" ./target/release/flashgate serve \
+    SWEEP_INTERVAL_SECONDS=0 RUST_LOG=warn "${@:2}" "$(target_dir)/release/flashgate" serve \
     >>/tmp/$DB.log 2>&1 &
   servers="${servers:-} $!"
   for _ in $(seq 100); do curl -sf http://127.0.0.1:$1/health >/dev/null && return; sleep 0.2; done
