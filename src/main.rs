@@ -67,9 +67,9 @@ async fn main() -> anyhow::Result<()> {
             app.prepare_events()
                 .await
                 .context("event queue or topics before serving")?;
-            let (listener, addr) = server::bind(&host, settings.port)
+            let (listener, addr) = server::bind(&host, settings.server.port)
                 .await
-                .with_context(|| format!("bind {host}:{}", settings.port))?;
+                .with_context(|| format!("bind {host}:{}", settings.server.port))?;
             tracing::info!(%addr, url = %format!("http://{addr}"), "listening");
             server::serve(
                 listener,

@@ -49,45 +49,38 @@ pub struct Health {
 impl App {
     /// Builds every client; none connects until its first call.
     pub fn new(settings: &Settings) -> Result<App, StartError> {
-        let store = Store::connect(settings)?;
-        let gate = Arc::new(Gate::new(
-            &settings.redis_url,
-            settings.redis_cluster,
-            settings.redis_timeout,
-            &settings.redis_key_prefix,
-        )?);
+        let store = Store::connect(&settings.database)?;
+        let gate = Arc::new(Gate::new(&settings.redis)?);
         // Kafka when `KAFKA_BROKERS` (or `KAFKA_CLUSTER_ARN`) is set, SQS when
         // `EVENTS_QUEUE_URL` is, none (mode A) otherwise.
-        let kafka = match &settings.kafka {
-            Some(k) => Some(Arc::new(Kafka::new(k.clone(), settings.events_timeout)?)),
+        let events_settings = &settings.events;
+        let kafka = match &events_settings.kafka {
+            Some(k) => Some(Arc::new(Kafka::new(k.clone(), events_settings.timeout)?)),
             None => None,
         };
-        let events: Option<Arc<dyn Transport>> = match (&kafka, &settings.events_queue_url) {
+        let events: Option<Arc<dyn Transport>> = match (&kafka, &events_settings.queue_url) {
             (Some(kafka), _) => Some(kafka.clone()),
             (None, Some(url)) => Some(Arc::new(Sqs::new(
                 url,
-                settings.sqs_endpoint_url.clone(),
-                settings.aws_region.clone(),
-                settings.events_timeout,
+                events_settings.sqs_endpoint_url.clone(),
+                settings.aws.region.clone(),
+                events_settings.timeout,
             ))),
             (None, None) => None,
         };
         let reservations = Reservations::new(
-            store.clone(),
-            gate.clone(),
-            events.clone(),
-            reservations::Options {
-                sold_out_ttl: settings.sold_out_ttl,
-                warmup_lead: settings.warmup_lead,
-                group_commit_max: settings.group_commit_max,
-                group_commit_writers: settings.group_commit_writers,
+            reservations::Parts {
+                store: store.clone(),
+                gate: gate.clone(),
+                events: events.clone(),
             },
+            &settings.reservations,
         );
         let sweeper = Sweeper::new(
             store.clone(),
             gate.clone(),
             reservations.warmup().clone(),
-            settings.orphan_grace,
+            settings.sweep.orphan_grace,
         );
         let consumer = Consumer::new(store.clone(), gate.clone());
         Ok(App {

@@ -16,54 +16,113 @@ use secrecy::{ExposeSecret, SecretString};
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/flashgate";
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
+/// Every setting, in the groups of the parts that read them; each group is what one part's
+/// constructor takes.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub database_url: SecretString,
-    /// Secrets Manager secret holding the database user and password (they then override the
-    /// URL's).
-    pub database_secret_arn: Option<String>,
-    /// Read from `database_secret_arn` by [`Settings::load`].
-    pub database_credentials: Option<DatabaseCredentials>,
-    pub redis_url: String,
-    /// Local server port; 0 asks the OS for a free one (the chosen address is logged).
-    pub port: u16,
-    /// Period of the local server's background sweep; zero turns it off.
-    pub sweep_interval: Duration,
-    /// Mode B on SQS: the queue of `voucher-reserved` events. Unset, and no `kafka`: mode A.
-    pub events_queue_url: Option<String>,
+    pub database: DatabaseSettings,
+    pub redis: RedisSettings,
+    pub events: EventSettings,
+    pub reservations: ReservationSettings,
+    pub sweep: SweepSettings,
+    pub server: ServerSettings,
+    pub aws: AwsSettings,
+}
+
+/// Postgres: where it is, who logs in, and how many connections a process holds.
+#[derive(Debug, Clone)]
+pub struct DatabaseSettings {
+    /// `DATABASE_URL`; it may carry a password, so it is never printed.
+    pub url: SecretString,
+    /// `DATABASE_SECRET_ARN`: the Secrets Manager secret holding the database user and password
+    /// (they then override the URL's).
+    pub secret_arn: Option<String>,
+    /// Read from `secret_arn` by [`Settings::load`].
+    pub credentials: Option<DatabaseCredentials>,
+    /// `DATABASE_POOL_SIZE`: Postgres connections per process. Lambda wants 1-2; the local
+    /// server more.
+    pub pool_size: usize,
+    /// `DATABASE_TIMEOUT_MS`: how long a request may wait for a pooled Postgres connection
+    /// before answering 503.
+    pub timeout: Duration,
+}
+
+/// The Redis gate of flash-sale vouchers.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    /// `REDIS_URL`: one server, or with `cluster` the Redis Cluster seed nodes
+    /// (comma-separated).
+    pub url: String,
+    /// `REDIS_CLUSTER`.
+    pub cluster: bool,
+    /// `REDIS_KEY_PREFIX`: prepended to every Redis key (several environments sharing one
+    /// Redis).
+    pub key_prefix: String,
+    /// `REDIS_TIMEOUT_MS`: bound on every Redis call; a dead Redis gives 503 within it.
+    pub timeout: Duration,
+}
+
+/// Mode B's events: which transport carries them, and who consumes them.
+#[derive(Debug, Clone)]
+pub struct EventSettings {
+    /// `EVENTS_QUEUE_URL`: mode B on SQS, the queue of `voucher-reserved` events. Unset, and no
+    /// `kafka`: mode A.
+    pub queue_url: Option<String>,
+    /// `SQS_ENDPOINT_URL`: SQS endpoint override (a local SQS such as moto); dummy credentials
+    /// are used with it. Defaults to `AWS_ENDPOINT_URL`.
+    pub sqs_endpoint_url: Option<String>,
     /// Mode B on Kafka (`KAFKA_BROKERS` or `KAFKA_CLUSTER_ARN` set); it wins over SQS.
     pub kafka: Option<KafkaSettings>,
-    /// Postgres connections per process. Lambda wants 1-2; the local server more.
-    pub database_pool_size: usize,
-    /// How long a request may wait for a pooled Postgres connection before answering 503.
-    pub database_timeout: Duration,
-    /// `REDIS_URL` lists Redis Cluster seed nodes (comma-separated) instead of one server.
-    pub redis_cluster: bool,
-    /// Prepended to every Redis key (several environments sharing one Redis).
-    pub redis_key_prefix: String,
-    /// Bound on every Redis call: a dead Redis gives 503 within it.
-    pub redis_timeout: Duration,
-    /// How long the process answers OUT_OF_STOCK for a flash voucher without asking the gate.
+    /// `EVENTS_POLL`: `flashgate serve` consumes the queue itself (off when a consumer runs
+    /// elsewhere).
+    pub poll: bool,
+    /// `EVENTS_TIMEOUT_MS`: bound on sending one event; past it the reserve answers 503.
+    pub timeout: Duration,
+}
+
+/// The reservation service's tunables.
+#[derive(Debug, Clone, Copy)]
+pub struct ReservationSettings {
+    /// `SOLD_OUT_CACHE_MS`: how long the process answers OUT_OF_STOCK for a flash voucher
+    /// without asking the gate.
     pub sold_out_ttl: Duration,
-    /// A flash voucher whose sale starts within this lead is loaded into Redis at creation.
+    /// `WARMUP_LEAD_SECONDS`: a flash voucher whose sale starts within this lead is loaded
+    /// into Redis at creation (and by the sweep).
     pub warmup_lead: Duration,
-    /// An order pending in the gate this long past its TTL, with no Postgres row, is an orphan.
-    pub orphan_grace: Duration,
-    /// SQS endpoint override (a local SQS such as moto); dummy credentials are used with it.
-    /// Defaults to `AWS_ENDPOINT_URL`.
-    pub sqs_endpoint_url: Option<String>,
-    /// Endpoint override for every AWS service (Secrets Manager, and SQS unless set apart).
-    pub aws_endpoint_url: Option<String>,
-    pub aws_region: String,
-    /// `flashgate serve` consumes the queue itself (off when a consumer runs elsewhere).
-    pub events_poll: bool,
-    /// Bound on sending one event: past it the reserve answers 503.
-    pub events_timeout: Duration,
-    /// Standard reserves and mode A's flash winners written together: most in one batch
-    /// (1: each on its own).
+    /// `GROUP_COMMIT_MAX`: standard reserves and mode A's flash winners written together, most
+    /// in one batch (1: each on its own).
     pub group_commit_max: usize,
-    /// Group-commit batches in flight at once.
+    /// `GROUP_COMMIT_WRITERS`: group-commit batches in flight at once.
     pub group_commit_writers: usize,
+}
+
+/// The scheduled sweep.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepSettings {
+    /// `SWEEP_INTERVAL_SECONDS`: period of the local server's background sweep; zero turns it
+    /// off.
+    pub interval: Duration,
+    /// `ORPHAN_GRACE_SECONDS`: an order pending in the gate this long past its TTL, with no
+    /// Postgres row, is an orphan.
+    pub orphan_grace: Duration,
+}
+
+/// The local server (`flashgate serve`). In AWS, API Gateway does this job, so the Lambda
+/// functions read none of it.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerSettings {
+    /// `PORT`: 0 asks the OS for a free one (the chosen address is logged).
+    pub port: u16,
+}
+
+/// How AWS clients are built.
+#[derive(Debug, Clone)]
+pub struct AwsSettings {
+    /// `AWS_ENDPOINT_URL`: endpoint override for every AWS service (Secrets Manager, and SQS
+    /// unless set apart).
+    pub endpoint_url: Option<String>,
+    /// `AWS_REGION`, else `AWS_DEFAULT_REGION`, else `us-east-1`.
+    pub region: String,
 }
 
 /// Mode B's Kafka topic and who reads it.
@@ -144,7 +203,7 @@ impl Settings {
     /// `KAFKA_BROKERS` is not set (CloudFormation cannot hand a serverless cluster's brokers
     /// to a function). At cold start, so that provisioned concurrency does it before a sale.
     pub async fn resolve_kafka_brokers(&mut self) -> Result<(), ConfigError> {
-        let Some(kafka) = self.kafka.as_mut() else {
+        let Some(kafka) = self.events.kafka.as_mut() else {
             return Ok(());
         };
         let Some(arn) = kafka
@@ -158,7 +217,7 @@ impl Settings {
             name: "KAFKA_CLUSTER_ARN",
             problem,
         };
-        let sdk = crate::aws::sdk_config(self.aws_endpoint_url.as_deref(), &self.aws_region).await;
+        let sdk = crate::aws::sdk_config(self.aws.endpoint_url.as_deref(), &self.aws.region).await;
         let out = aws_sdk_kafka::Client::new(&sdk)
             .get_bootstrap_brokers()
             .cluster_arn(&arn)
@@ -189,14 +248,14 @@ impl Settings {
 
     /// Reads the database credentials from Secrets Manager when `DATABASE_SECRET_ARN` is set.
     pub async fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
-        let Some(arn) = &self.database_secret_arn else {
+        let Some(arn) = &self.database.secret_arn else {
             return Ok(());
         };
         let problem = |problem: String| ConfigError {
             name: "DATABASE_SECRET_ARN",
             problem,
         };
-        let sdk = crate::aws::sdk_config(self.aws_endpoint_url.as_deref(), &self.aws_region).await;
+        let sdk = crate::aws::sdk_config(self.aws.endpoint_url.as_deref(), &self.aws.region).await;
         let secret = aws_sdk_secretsmanager::Client::new(&sdk)
             .get_secret_value()
             .secret_id(arn)
@@ -218,7 +277,7 @@ impl Settings {
                 e.classify()
             ))
         })?;
-        self.database_credentials = Some(credentials);
+        self.database.credentials = Some(credentials);
         Ok(())
     }
 
@@ -260,36 +319,56 @@ impl Settings {
             }),
         };
         Ok(Settings {
-            kafka,
-            database_url: SecretString::from(
-                get("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
-            ),
-            database_secret_arn: get("DATABASE_SECRET_ARN"),
-            database_credentials: None,
-            redis_url: get("REDIS_URL").unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
-            port: parse(&get, "PORT", 3000)?,
-            sweep_interval: Duration::from_secs(parse(&get, "SWEEP_INTERVAL_SECONDS", 60)?),
-            events_queue_url: get("EVENTS_QUEUE_URL"),
-            database_pool_size: parse(&get, "DATABASE_POOL_SIZE", 16)?,
-            database_timeout: Duration::from_millis(parse(&get, "DATABASE_TIMEOUT_MS", 2000)?),
-            redis_cluster: parse(&get, "REDIS_CLUSTER", false)?,
-            redis_key_prefix: get("REDIS_KEY_PREFIX").unwrap_or_default(),
-            redis_timeout: Duration::from_millis(parse(&get, "REDIS_TIMEOUT_MS", 500)?),
-            sold_out_ttl: Duration::from_millis(parse(&get, "SOLD_OUT_CACHE_MS", 1000)?),
-            warmup_lead: Duration::from_secs(parse(&get, "WARMUP_LEAD_SECONDS", 600)?),
-            orphan_grace: Duration::from_secs(parse(&get, "ORPHAN_GRACE_SECONDS", 60)?),
-            sqs_endpoint_url: get("SQS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT_URL")),
-            aws_endpoint_url: get("AWS_ENDPOINT_URL"),
-            aws_region,
-            events_poll: parse(&get, "EVENTS_POLL", true)?,
-            events_timeout: Duration::from_millis(parse(&get, "EVENTS_TIMEOUT_MS", 1000)?),
-            group_commit_max: parse(&get, "GROUP_COMMIT_MAX", 64)?,
-            group_commit_writers: parse(&get, "GROUP_COMMIT_WRITERS", 1)?,
+            database: DatabaseSettings {
+                url: SecretString::from(
+                    get("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
+                ),
+                secret_arn: get("DATABASE_SECRET_ARN"),
+                credentials: None,
+                pool_size: parse(&get, "DATABASE_POOL_SIZE", 16)?,
+                timeout: Duration::from_millis(parse(&get, "DATABASE_TIMEOUT_MS", 2000)?),
+            },
+            redis: RedisSettings {
+                url: get("REDIS_URL").unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
+                cluster: parse(&get, "REDIS_CLUSTER", false)?,
+                key_prefix: get("REDIS_KEY_PREFIX").unwrap_or_default(),
+                timeout: Duration::from_millis(parse(&get, "REDIS_TIMEOUT_MS", 500)?),
+            },
+            events: EventSettings {
+                queue_url: get("EVENTS_QUEUE_URL"),
+                sqs_endpoint_url: get("SQS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT_URL")),
+                kafka,
+                poll: parse(&get, "EVENTS_POLL", true)?,
+                timeout: Duration::from_millis(parse(&get, "EVENTS_TIMEOUT_MS", 1000)?),
+            },
+            reservations: ReservationSettings {
+                sold_out_ttl: Duration::from_millis(parse(&get, "SOLD_OUT_CACHE_MS", 1000)?),
+                warmup_lead: Duration::from_secs(parse(&get, "WARMUP_LEAD_SECONDS", 600)?),
+                group_commit_max: parse(&get, "GROUP_COMMIT_MAX", 64)?,
+                group_commit_writers: parse(&get, "GROUP_COMMIT_WRITERS", 1)?,
+            },
+            sweep: SweepSettings {
+                interval: Duration::from_secs(parse(&get, "SWEEP_INTERVAL_SECONDS", 60)?),
+                orphan_grace: Duration::from_secs(parse(&get, "ORPHAN_GRACE_SECONDS", 60)?),
+            },
+            server: ServerSettings {
+                port: parse(&get, "PORT", 3000)?,
+            },
+            aws: AwsSettings {
+                endpoint_url: get("AWS_ENDPOINT_URL"),
+                region: aws_region,
+            },
         })
     }
 
     pub fn database_url(&self) -> &str {
-        self.database_url.expose_secret()
+        self.database.url()
+    }
+}
+
+impl DatabaseSettings {
+    pub fn url(&self) -> &str {
+        self.url.expose_secret()
     }
 }
 
@@ -327,17 +406,17 @@ mod tests {
     fn defaults_follow_the_design() {
         let s = settings(&[]).unwrap();
         assert_eq!(s.database_url(), DEFAULT_DATABASE_URL);
-        assert_eq!(s.redis_url, DEFAULT_REDIS_URL);
-        assert_eq!(s.port, 3000);
-        assert_eq!(s.sweep_interval, Duration::from_secs(60));
-        assert!(s.events_queue_url.is_none());
+        assert_eq!(s.redis.url, DEFAULT_REDIS_URL);
+        assert_eq!(s.server.port, 3000);
+        assert_eq!(s.sweep.interval, Duration::from_secs(60));
+        assert!(s.events.queue_url.is_none());
     }
 
     #[test]
     fn environment_overrides_and_bad_values_name_the_variable() {
         let s = settings(&[("PORT", "0"), ("EVENTS_QUEUE_URL", "http://q")]).unwrap();
-        assert_eq!(s.port, 0);
-        assert_eq!(s.events_queue_url.as_deref(), Some("http://q"));
+        assert_eq!(s.server.port, 0);
+        assert_eq!(s.events.queue_url.as_deref(), Some("http://q"));
         let err = settings(&[("PORT", "http")]).unwrap_err().to_string();
         assert!(err.contains("PORT"), "{err}");
     }

@@ -35,8 +35,8 @@ pub struct Background {
 impl Background {
     pub fn from_settings(s: &crate::Settings) -> Self {
         Background {
-            sweep_interval: s.sweep_interval,
-            poll_events: s.events_poll,
+            sweep_interval: s.sweep.interval,
+            poll_events: s.events.poll,
         }
     }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use shared::config::RedisSettings;
 use shared::domain::{Discount, GateMeta, Held, ReserveOutcome, VoucherCode};
 use shared::gate::{Gate, GateReply, Removal, Removed};
 
@@ -180,18 +181,24 @@ async fn every_script_outcome(gate: Gate) {
 
 #[tokio::test]
 async fn gate_scripts_answer_every_outcome_on_one_redis() {
-    let gate = Gate::new(&redis_url(), false, Duration::from_secs(2), "fg_test_gate:").unwrap();
+    let gate = Gate::new(&RedisSettings {
+        url: redis_url(),
+        cluster: false,
+        key_prefix: "fg_test_gate:".to_owned(),
+        timeout: Duration::from_secs(2),
+    })
+    .unwrap();
     every_script_outcome(gate).await;
 }
 
 #[tokio::test]
 async fn gate_scripts_answer_every_outcome_on_a_redis_cluster() {
-    let gate = Gate::new(
-        &cluster_url(),
-        true,
-        Duration::from_secs(2),
-        "fg_test_gate:",
-    )
+    let gate = Gate::new(&RedisSettings {
+        url: cluster_url(),
+        cluster: true,
+        key_prefix: "fg_test_gate:".to_owned(),
+        timeout: Duration::from_secs(2),
+    })
     .unwrap();
     every_script_outcome(gate).await;
 }

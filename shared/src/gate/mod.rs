@@ -18,6 +18,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 use tokio::sync::OnceCell;
 
+use crate::config::RedisSettings;
 use crate::domain::{GateMeta, Held, ReserveOutcome, VoucherCode};
 pub use keys::Keys;
 
@@ -166,17 +167,13 @@ fn meta_args(meta: &GateMeta) -> Vec<String> {
 }
 
 impl Gate {
-    /// `url`: one Redis URL, or with `cluster` a comma-separated list of seed nodes.
+    /// `settings.url`: one Redis URL, or with `cluster` a comma-separated list of seed nodes.
     /// No connection is made here; the first call makes it.
-    pub fn new(
-        url: &str,
-        cluster: bool,
-        timeout: Duration,
-        prefix: &str,
-    ) -> Result<Gate, GateError> {
+    pub fn new(settings: &RedisSettings) -> Result<Gate, GateError> {
+        let (url, timeout) = (settings.url.as_str(), settings.timeout);
         // `rediss://` URLs (ElastiCache with encryption in transit) go through rustls.
         crate::tls::install_crypto_provider();
-        let (single, cluster) = if cluster {
+        let (single, cluster) = if settings.cluster {
             let nodes: Vec<&str> = url.split(',').map(str::trim).collect();
             let client = redis::cluster::ClusterClient::builder(nodes)
                 .connection_timeout(timeout)
@@ -196,7 +193,7 @@ impl Gate {
             )
         };
         Ok(Gate {
-            prefix: prefix.to_owned(),
+            prefix: settings.key_prefix.clone(),
             single,
             cluster,
             cluster_conn: OnceCell::new(),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::group_commit::GroupCommit;
-use super::Warmup;
+use super::{Parts, Warmup};
 use crate::domain::{Held, OrderId, Reservation, Reserve, ReserveOutcome, Status, VoucherCode};
 use crate::errors::{FromGateError, ReserveError, StoreError};
 use crate::events::{ReservedEvent, Transport};
@@ -62,18 +62,16 @@ impl SoldOut {
 
 impl Flash {
     pub(super) fn new(
-        store: Store,
-        gate: Arc<Gate>,
-        events: Option<Arc<dyn Transport>>,
+        parts: Parts,
         warmup: Warmup,
-        sold_out_ttl: Duration,
         writes: GroupCommit,
+        sold_out_ttl: Duration,
     ) -> Flash {
         Flash {
             writes,
-            store,
-            gate,
-            events,
+            store: parts.store,
+            gate: parts.gate,
+            events: parts.events,
             warmup,
             sold_out: SoldOut {
                 ttl: sold_out_ttl,

@@ -14,10 +14,10 @@ mod warmup;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use chrono::Utc;
 
+use crate::config::ReservationSettings;
 use crate::domain::{
     self, Confirmation, Eligibility, NewVoucher, OrderId, Page, Reservation, ReservationItem,
     ReservationList, ReservationView, Reserve, ReserveOutcome, Status, Validate, VoucherCode,
@@ -34,18 +34,13 @@ use flash::Flash;
 use group_commit::GroupCommit;
 pub use warmup::{Warmed, Warmup};
 
-/// The service's tunables (from `Settings`).
-#[derive(Debug, Clone, Copy)]
-pub struct Options {
-    /// How long a process answers OUT_OF_STOCK for a flash voucher without the gate's script.
-    pub sold_out_ttl: Duration,
-    /// A flash voucher whose sale starts within this lead is loaded at creation.
-    pub warmup_lead: Duration,
-    /// Standard reserves and mode A's winners: most written in one batch (1: each on its
-    /// own).
-    pub group_commit_max: usize,
-    /// Group-commit batches in flight at once.
-    pub group_commit_writers: usize,
+/// The clients the reservation service runs on, built once per process (see `App::new`).
+#[derive(Clone)]
+pub struct Parts {
+    pub store: Store,
+    pub gate: Arc<Gate>,
+    /// Set in consistency mode B: winners go to the queue or topic, the consumer writes them.
+    pub events: Option<Arc<dyn Transport>>,
 }
 
 #[derive(Clone)]
@@ -62,36 +57,23 @@ pub struct Reservations {
 }
 
 impl Reservations {
-    /// `events`: set in consistency mode B (winners go to the queue, the consumer writes them).
-    pub fn new(
-        store: Store,
-        gate: Arc<Gate>,
-        events: Option<Arc<dyn Transport>>,
-        options: Options,
-    ) -> Reservations {
-        let warmup = Warmup::new(
-            store.clone(),
-            gate.clone(),
-            events.clone(),
-            options.warmup_lead,
-        );
+    pub fn new(parts: Parts, settings: &ReservationSettings) -> Reservations {
+        let warmup = Warmup::new(parts.clone(), settings.warmup_lead);
         let writes = GroupCommit::new(
-            store.clone(),
-            options.group_commit_max,
-            options.group_commit_writers,
+            parts.store.clone(),
+            settings.group_commit_max,
+            settings.group_commit_writers,
         );
         Reservations {
             flash: Flash::new(
-                store.clone(),
-                gate.clone(),
-                events,
+                parts.clone(),
                 warmup.clone(),
-                options.sold_out_ttl,
                 writes.clone(),
+                settings.sold_out_ttl,
             ),
             writes,
-            store,
-            gate,
+            store: parts.store,
+            gate: parts.gate,
             warmup,
             kinds: Arc::default(),
         }

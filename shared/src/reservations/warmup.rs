@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::Parts;
 use crate::domain::VoucherCode;
 use crate::errors::WarmupError;
 use crate::events::Transport;
@@ -43,16 +44,11 @@ pub struct Warmup {
 }
 
 impl Warmup {
-    pub fn new(
-        store: Store,
-        gate: Arc<Gate>,
-        events: Option<Arc<dyn Transport>>,
-        lead: Duration,
-    ) -> Warmup {
+    pub(super) fn new(parts: Parts, lead: Duration) -> Warmup {
         Warmup {
-            store,
-            gate,
-            events,
+            store: parts.store,
+            gate: parts.gate,
+            events: parts.events,
             lead,
         }
     }

@@ -22,7 +22,7 @@ use secrecy::ExposeSecret;
 pub use merge::{is_unknown_voucher, Merge, MergeOutcome, Merged, RowFacts, MERGE_BATCH_MAX};
 pub use sweeps::{Expired, LiveFlashVoucher};
 
-use crate::config::Settings;
+use crate::config::DatabaseSettings;
 use crate::domain::{
     Discount, GateMeta, NewVoucher, OrderId, Page, Reservation, ReservationItem, ReservationList,
     ReservationView, Reserve, ReserveOutcome, Status, Validate, VoucherCode, VoucherList,
@@ -143,13 +143,10 @@ fn voucher_view(row: &tokio_postgres::Row) -> VoucherView {
 
 impl Store {
     /// Builds the pool; no connection is made until the first query.
-    pub fn connect(settings: &Settings) -> Result<Store, StoreError> {
-        let mut pg: tokio_postgres::Config = settings
-            .database_url()
-            .parse()
-            .map_err(StoreError::Config)?;
+    pub fn connect(settings: &DatabaseSettings) -> Result<Store, StoreError> {
+        let mut pg: tokio_postgres::Config = settings.url().parse().map_err(StoreError::Config)?;
         // Credentials read from Secrets Manager (DATABASE_SECRET_ARN) win over the URL's.
-        if let Some(credentials) = &settings.database_credentials {
+        if let Some(credentials) = &settings.credentials {
             pg.user(&credentials.username);
             pg.password(credentials.password.expose_secret());
         }
@@ -171,11 +168,11 @@ impl Store {
             None => Manager::from_config(pg.clone(), NoTls, manager_config),
         };
         let pool = Pool::builder(manager)
-            .max_size(settings.database_pool_size.max(1))
+            .max_size(settings.pool_size.max(1))
             .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(settings.database_timeout))
-            .create_timeout(Some(settings.database_timeout))
-            .recycle_timeout(Some(settings.database_timeout))
+            .wait_timeout(Some(settings.timeout))
+            .create_timeout(Some(settings.timeout))
+            .recycle_timeout(Some(settings.timeout))
             .build()
             .map_err(StoreError::Build)?;
         Ok(Store {

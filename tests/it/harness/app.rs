@@ -197,8 +197,8 @@ impl TestAppBuilder {
         let settings = settings(&vars);
         // Its keys are on the test Redis, or on the cluster's nodes.
         let mut nodes = vec![redis_url()];
-        if settings.redis_cluster {
-            nodes.extend(settings.redis_url.split(',').map(str::to_owned));
+        if settings.redis.cluster {
+            nodes.extend(settings.redis.url.split(',').map(str::to_owned));
         }
         cleanup = cleanup.and_redis_keys(&nodes, &key_prefix);
 
