@@ -15,7 +15,7 @@ log() { printf '[deploy] %s\n' "$*" >&2; }
 . scripts/lib.sh
 VENV=$TOOLS/deploy-venv
 pinned_venv "$VENV" scripts/deploy-tools.txt
-export PATH="$PWD/$VENV/bin:$PATH"
+export PATH="$VENV/bin:$PATH"
 # No telemetry, no credentials and a dummy region: nothing here talks to AWS.
 export SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local

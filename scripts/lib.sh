@@ -4,7 +4,8 @@
 # `$FLASHGATE_TOOLS` (default `.flashgate/`) holds the virtualenvs and npm packages the scripts
 # install; CI points it outside the clone so that a fresh clone reuses them (see .ci/run).
 
-TOOLS=${FLASHGATE_TOOLS:-.flashgate}
+# Absolute, so that a script may hand it on after changing directory.
+TOOLS=$(realpath -m "${FLASHGATE_TOOLS:-.flashgate}")
 
 # The Cargo target directory (`$CARGO_TARGET_DIR`, a config file's, or ./target), as Cargo
 # itself resolves it.

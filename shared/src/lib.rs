@@ -14,7 +14,8 @@
 //!   status changes all go through `Store::merge` (the SQL function `fg_merge`).
 //! - [`gate`]: the Redis gate of flash-sale vouchers (Lua scripts in `lua/`, keys built only in
 //!   `gate::keys`).
-//! - [`events`]: mode B's `voucher-reserved` events on SQS.
+//! - [`events`]: mode B's `voucher-reserved` events, on SQS or Kafka, and the `Sink` that
+//!   receives them.
 //! - [`reservations`]: the service every route calls (create and read vouchers, reserve,
 //!   confirm, release, warm-up); its `flash` path runs the gate, its `warmup` loads it.
 //! - [`sweeper`]: the scheduled sweep (expiry, orphans, reconciliation, warm-up);

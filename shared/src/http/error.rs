@@ -115,7 +115,7 @@ impl From<GateError> for ApiError {
 
 impl From<EventError> for ApiError {
     fn from(e: EventError) -> Self {
-        tracing::error!(error = %Chain(&e), "sqs failure");
+        tracing::error!(error = %Chain(&e), "event broker failure");
         ApiError::unavailable("the event queue is unavailable; retry later")
     }
 }
