@@ -24,7 +24,7 @@ pub use sweeps::{Expired, LiveFlashVoucher};
 
 use crate::config::DatabaseSettings;
 use crate::domain::{
-    Discount, GateMeta, NewVoucher, OrderId, Page, Reservation, ReservationItem, ReservationList,
+    Discount, NewVoucher, OrderId, Page, Reservation, ReservationItem, ReservationList,
     ReservationView, Reserve, ReserveOutcome, Status, Validate, VoucherCode, VoucherList,
     VoucherRules, VoucherView,
 };
@@ -691,17 +691,14 @@ impl Store {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        let meta = GateMeta::of(
-            &voucher_rules(row),
-            row.get("reservation_ttl_seconds"),
-            row.get("version"),
-        );
         let remaining: i64 = row.get("remaining");
         let customers: Vec<i64> = row.get("customers");
         let actives: Vec<i32> = row.get("actives");
         Ok(Some(GateSource {
             flash_sale: row.get("flash_sale"),
-            meta,
+            rules: voucher_rules(row),
+            reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
+            version: row.get("version"),
             remaining,
             users: customers.into_iter().zip(actives).collect(),
         }))
@@ -717,12 +714,17 @@ fn page_next<T>(items: &mut Vec<T>, limit: i64, cursor: impl Fn(&T) -> String) -
     items.last().map(cursor)
 }
 
-/// What a gate is loaded from ([`Store::gate_source`]), read in one snapshot.
+/// What a gate is loaded from ([`Store::gate_source`]), read in one snapshot. The gate's
+/// `meta` is built from it by the gate's users (`GateMeta::of`): the store knows nothing of the
+/// gate.
 #[derive(Debug, Clone)]
 pub struct GateSource {
     /// Only flash-sale vouchers are loaded.
     pub flash_sale: bool,
-    pub meta: GateMeta,
+    pub rules: VoucherRules,
+    pub reservation_ttl_seconds: i32,
+    /// The version `rules` are at.
+    pub version: i64,
     /// `total_limit` less the uses held.
     pub remaining: i64,
     /// Each customer's active uses (empty unless asked for).
