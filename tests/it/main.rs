@@ -13,5 +13,6 @@ mod lambda;
 mod lattice;
 mod lifecycle;
 mod properties;
+mod schema;
 mod slots;
 mod sweeper;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::Parts;
-use crate::domain::VoucherCode;
+use crate::domain::{GateMeta, VoucherCode};
 use crate::errors::WarmupError;
 use crate::events::Transport;
 use crate::gate::Gate;
@@ -111,9 +111,14 @@ impl Warmup {
         if !source.flash_sale {
             return Err(WarmupError::NotFlashSale);
         }
+        let meta = GateMeta::of(
+            &source.rules,
+            source.reservation_ttl_seconds,
+            source.version,
+        );
         let loaded = self
             .gate
-            .load(code, &source.meta, source.remaining, &source.users)
+            .load(code, &meta, source.remaining, &source.users)
             .await?;
         if loaded {
             tracing::info!(

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
+use super::rows::{one_row_each, raised, row_facts};
 use super::Store;
 use crate::domain::{Held, OrderId, ReleaseReason, ReserveOutcome, Status, VoucherCode};
 use crate::errors::StoreError;
@@ -216,16 +217,6 @@ impl Store {
     }
 }
 
-pub(super) fn row_facts(row: &Row) -> Result<RowFacts, StoreError> {
-    let raw: i16 = row.get("status");
-    Ok(RowFacts {
-        customer_id: row.get("customer_id"),
-        status: Status::from_db(raw).ok_or(StoreError::UnexpectedOutcome(raw.to_string()))?,
-        discount_amount: row.get("discount_amount"),
-        expires_at: row.get("expires_at"),
-    })
-}
-
 /// One row of `fg_merge_batch`: the change's outcome, or what Postgres raised for it.
 fn merged(row: &Row) -> Result<Merged, StoreError> {
     if let Some(raised) = raised(row) {
@@ -267,29 +258,6 @@ where
         Err(StoreError::Postgres(e)) if e.as_db_error().is_some() => run(true).await,
         other => other,
     }
-}
-
-/// A batch answers one row per change, in order.
-pub(super) fn one_row_each(rows: &[Row], changes: usize) -> Result<(), StoreError> {
-    if rows.len() == changes {
-        return Ok(());
-    }
-    Err(StoreError::UnexpectedOutcome(format!(
-        "{} answers for {changes} changes",
-        rows.len()
-    )))
-}
-
-/// What a batch row says Postgres raised for its change: None when nothing was; the refusal
-/// when `fg_merge` refused a +1 (SQLSTATE FG409, the reserve outcome as message); else the
-/// error.
-pub(super) fn raised(row: &Row) -> Option<Result<ReserveOutcome, StoreError>> {
-    let code: String = row.get::<_, Option<String>>("error_code")?;
-    let message: String = row.get("error_message");
-    Some(match ReserveOutcome::parse(&message) {
-        Some(refused) if code == "FG409" => Ok(refused),
-        _ => Err(StoreError::Refused { code, message }),
-    })
 }
 
 /// `fg_merge` raises SQLSTATE FG404 for a voucher that does not exist.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{SweepReport, Sweeper};
-use crate::domain::VoucherCode;
+use crate::domain::{GateMeta, VoucherCode};
 use crate::errors::SweepError;
 use crate::gate::{Removal, Removed};
 
@@ -34,11 +34,16 @@ impl Sweeper {
         // Postgres. `sync.lua` writes only what is not older than the gate's, and never while a
         // change or a loader holds the gate lock.
         if let Some(source) = self.store.gate_source(code, false).await? {
-            if report.gate_ok(self.gate.sync_meta(code, &source.meta).await) == Some(true) {
+            let meta = GateMeta::of(
+                &source.rules,
+                source.reservation_ttl_seconds,
+                source.version,
+            );
+            if report.gate_ok(self.gate.sync_meta(code, &meta).await) == Some(true) {
                 report.rules_synced += 1;
                 tracing::warn!(
                     code = code.as_str(),
-                    version = source.meta.version,
+                    version = source.version,
                     "gate rules brought to the database's"
                 );
             }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use shared::domain::GateMeta;
 use shared::gate::Keys;
 use shared::{server, App};
 use tokio::sync::oneshot;
@@ -476,10 +477,15 @@ impl TestApp {
             .await
             .unwrap()
             .expect("a voucher");
+        let meta = GateMeta::of(
+            &source.rules,
+            source.reservation_ttl_seconds,
+            source.version,
+        );
         assert!(self
             .app
             .gate()
-            .load(&code, &source.meta, source.remaining, &source.users)
+            .load(&code, &meta, source.remaining, &source.users)
             .await
             .unwrap());
         source.remaining

@@ -1,0 +1,679 @@
+-- The schema migrations/ leave: written by scripts/schema.sh, do not edit.
+--
+-- PostgreSQL database dump
+--
+
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET client_encoding = 'UTF8';
+SET standard_conforming_strings = on;
+SELECT pg_catalog.set_config('search_path', '', false);
+SET check_function_bodies = false;
+SET xmloption = content;
+SET client_min_messages = warning;
+SET row_security = off;
+
+--
+-- Name: fg_check_slot_caps(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_check_slot_caps() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_code   TEXT;
+    v_limit  INT;
+    v_caps   BIGINT;
+BEGIN
+    IF TG_TABLE_NAME = 'voucher' THEN
+        v_code := NEW.code;
+    ELSE
+        v_code := COALESCE(NEW.voucher_code, OLD.voucher_code);
+    END IF;
+    SELECT total_limit INTO v_limit FROM voucher WHERE code = v_code;
+    SELECT COALESCE(sum(cap), 0) INTO v_caps FROM voucher_slot WHERE voucher_code = v_code;
+    IF v_limit IS NOT NULL AND v_caps <> v_limit THEN
+        RAISE EXCEPTION 'voucher %: slot caps sum to %, total_limit is %', v_code, v_caps, v_limit
+              USING ERRCODE = 'check_violation', CONSTRAINT = 'voucher_slot_caps_sum';
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: fg_discount(bigint, bigint, smallint, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_discount(p_amount bigint, p_fixed bigint, p_percent smallint, p_cap bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    -- LEAST ignores a NULL cap.
+    SELECT CASE WHEN p_percent IS NULL THEN p_fixed
+                ELSE LEAST(p_amount * p_percent / 100, p_cap) END;
+$$;
+
+--
+-- Name: fg_expire(timestamp with time zone, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_expire(p_now timestamp with time zone, p_limit integer) RETURNS TABLE(voucher_code text, order_id text, customer_id bigint, flash_sale boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    codes      TEXT[];
+    orders     TEXT[];
+    customers  BIGINT[];
+    slots      SMALLINT[];
+    m          RECORD;
+BEGIN
+    SELECT array_agg(d.voucher_code ORDER BY d.voucher_code, d.order_id),
+           array_agg(d.order_id ORDER BY d.voucher_code, d.order_id),
+           array_agg(d.customer_id ORDER BY d.voucher_code, d.order_id),
+           array_agg(d.slot ORDER BY d.voucher_code, d.order_id)
+      INTO codes, orders, customers, slots
+      FROM (SELECT r.voucher_code, r.order_id, r.customer_id, r.slot
+              FROM redemption r
+             WHERE r.status = 1 AND r.expires_at < p_now
+             ORDER BY r.expires_at
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED) d;
+    IF codes IS NULL THEN
+        RETURN;
+    END IF;
+
+    PERFORM 1 FROM voucher_customer c
+      JOIN (SELECT DISTINCT unnest(codes) AS code, unnest(customers) AS customer) k
+        ON c.voucher_code = k.code AND c.customer_id = k.customer
+     ORDER BY c.voucher_code, c.customer_id
+       FOR UPDATE OF c;
+    PERFORM 1 FROM voucher_slot s
+      JOIN (SELECT DISTINCT unnest(codes) AS code, unnest(slots) AS slot) k
+        ON s.voucher_code = k.code AND s.slot = k.slot
+     ORDER BY s.voucher_code, s.slot
+       FOR UPDATE OF s;
+
+    FOR i IN 1 .. array_length(codes, 1) LOOP
+        SELECT * INTO m FROM fg_merge(codes[i], orders[i], NULL, 3::SMALLINT, NULL, NULL,
+                                      NULL, NULL, 'EXPIRED', p_now, false);
+        IF m.outcome = 'APPLIED' THEN
+            voucher_code := codes[i];
+            order_id := orders[i];
+            customer_id := customers[i];
+            flash_sale := (SELECT v.flash_sale FROM voucher v WHERE v.code = codes[i]);
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END;
+$$;
+
+--
+-- Name: fg_merge(text, text, bigint, smallint, bigint, bigint, timestamp with time zone, timestamp with time zone, text, timestamp with time zone, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_merge(p_code text, p_order text, p_customer bigint, p_status smallint, p_order_amount bigint, p_discount bigint, p_reserved_at timestamp with time zone, p_expires_at timestamp with time zone, p_reason text, p_now timestamp with time zone, p_revoke boolean) RETURNS TABLE(outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    r         redemption%ROWTYPE;
+    old_st    SMALLINT := 0;           -- 0 = no row
+    new_st    SMALLINT;
+    refusal   TEXT;
+    v_slots   SMALLINT;
+    v_per     INT;
+    taken     SMALLINT;
+BEGIN
+    IF p_status NOT IN (1, 2, 3) THEN
+        RAISE EXCEPTION 'fg_merge: bad status %', p_status;
+    END IF;
+    -- A plain read: the voucher row is never locked or written by a status change.
+    SELECT v.counter_slots, v.per_user_limit INTO v_slots, v_per FROM voucher v WHERE v.code = p_code;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'fg_merge: unknown voucher %', p_code USING ERRCODE = 'FG404';
+    END IF;
+
+    LOOP
+        -- A caller that knows the customer claims the key first: for a new reservation (every
+        -- winner) that is the one statement it needs. A concurrent claimer of the same key
+        -- blocks on the unique index until we commit, then finds our row below: retries of one
+        -- order never both count. If we roll back instead, it claims the key itself.
+        IF p_customer IS NOT NULL THEN
+            INSERT INTO redemption AS x (voucher_code, order_id, customer_id, status,
+                                         order_amount, discount_amount, reserved_at, expires_at,
+                                         confirmed_at, released_at, release_reason)
+            VALUES (p_code, p_order, p_customer, p_status, p_order_amount, p_discount,
+                    p_reserved_at, p_expires_at,
+                    CASE WHEN p_status = 2 THEN p_now END,
+                    CASE WHEN p_status = 3 THEN p_now END,
+                    CASE WHEN p_status = 3 THEN COALESCE(p_reason, 'CANCELLED') END)
+            ON CONFLICT ON CONSTRAINT redemption_pkey DO NOTHING
+            RETURNING x.* INTO r;
+            EXIT WHEN FOUND;   -- old_st stays 0: the row is new
+        END IF;
+        SELECT * INTO r FROM redemption
+         WHERE redemption.voucher_code = p_code AND redemption.order_id = p_order
+           FOR UPDATE;
+        IF FOUND THEN
+            old_st := r.status;
+            EXIT;
+        END IF;
+        IF p_customer IS NULL THEN
+            RETURN QUERY SELECT 'NOT_FOUND'::TEXT, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
+            RETURN;
+        END IF;
+        -- The row we met was rolled back meanwhile: claim the key again.
+    END LOOP;
+
+    IF old_st <> 0 AND p_customer IS NOT NULL AND r.customer_id <> p_customer THEN
+        RETURN QUERY SELECT 'ORDER_CONFLICT'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
+        RETURN;
+    END IF;
+
+    new_st := GREATEST(old_st, p_status);
+    IF old_st <> 0 AND new_st = old_st THEN
+        RETURN QUERY SELECT 'UNCHANGED'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
+        RETURN;
+    END IF;
+
+    IF old_st <> 0 THEN
+        UPDATE redemption AS x
+           SET status         = new_st,
+               confirmed_at   = CASE WHEN new_st = 2 THEN p_now ELSE x.confirmed_at END,
+               released_at    = CASE WHEN new_st = 3 THEN p_now ELSE x.released_at END,
+               release_reason = CASE WHEN new_st = 3 THEN COALESCE(p_reason, 'CANCELLED') END
+         WHERE x.voucher_code = p_code AND x.order_id = p_order
+        RETURNING x.* INTO r;
+    END IF;
+
+    -- Counters: only the change in activeness moves them.
+    IF old_st IN (0, 3) AND new_st IN (1, 2) THEN
+        -- Per-customer first: that row is private to one customer, so contention stays off the
+        -- slots, which are touched last and held only until commit.
+        INSERT INTO voucher_customer AS c (voucher_code, customer_id, active)
+        VALUES (p_code, r.customer_id, 1)
+        ON CONFLICT (voucher_code, customer_id)
+        DO UPDATE SET active = c.active + 1 WHERE c.active < v_per;
+        IF NOT FOUND THEN
+            refusal := 'ALREADY_USED';
+        ELSE
+            -- Start from a slot chosen by the order, so concurrent winners spread out.
+            taken := fg_take_slot(p_code, abs(hashtext(p_order) % v_slots), v_slots);
+            IF taken IS NULL THEN
+                refusal := 'OUT_OF_STOCK';
+                UPDATE voucher_customer c SET active = c.active - 1
+                 WHERE c.voucher_code = p_code AND c.customer_id = r.customer_id;
+            ELSE
+                UPDATE redemption AS x SET slot = taken
+                 WHERE x.voucher_code = p_code AND x.order_id = p_order
+                RETURNING x.* INTO r;
+            END IF;
+        END IF;
+
+        IF refusal IS NOT NULL THEN
+            IF NOT p_revoke THEN
+                RAISE EXCEPTION USING ERRCODE = 'FG409', MESSAGE = refusal;
+            END IF;
+            UPDATE redemption AS x
+               SET status = 3, released_at = p_now, release_reason = 'REVOKED'
+             WHERE x.voucher_code = p_code AND x.order_id = p_order
+            RETURNING x.* INTO r;
+            RETURN QUERY SELECT 'REVOKED'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
+            RETURN;
+        END IF;
+    ELSIF old_st IN (1, 2) AND new_st = 3 THEN
+        UPDATE voucher_customer c SET active = c.active - 1
+         WHERE c.voucher_code = p_code AND c.customer_id = r.customer_id;
+        UPDATE voucher_slot s SET used = s.used - 1
+         WHERE s.voucher_code = p_code AND s.slot = r.slot;
+    END IF;
+
+    RETURN QUERY SELECT 'APPLIED'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
+END;
+$$;
+
+--
+-- Name: fg_merge_batch(text[], text[], bigint[], smallint[], bigint[], bigint[], timestamp with time zone[], timestamp with time zone[], text[], timestamp with time zone[], boolean[], boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_merge_batch(p_codes text[], p_orders text[], p_customers bigint[], p_statuses smallint[], p_order_amounts bigint[], p_discounts bigint[], p_reserved_at timestamp with time zone[], p_expires_at timestamp with time zone[], p_reasons text[], p_now timestamp with time zone[], p_revoke boolean[], p_isolate boolean) RETURNS TABLE(idx integer, outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone, flash_sale boolean, error_code text, error_message text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    m          RECORD;
+    last_code  TEXT;
+    last_flash BOOLEAN;
+BEGIN
+    FOR i IN 1 .. COALESCE(array_length(p_codes, 1), 0) LOOP
+        idx := i;
+        outcome := NULL; customer_id := NULL; status := NULL; discount_amount := NULL;
+        expires_at := NULL; flash_sale := NULL; error_code := NULL; error_message := NULL;
+        IF p_isolate THEN
+            BEGIN
+                SELECT * INTO m FROM fg_merge(p_codes[i], p_orders[i], p_customers[i],
+                                              p_statuses[i], p_order_amounts[i], p_discounts[i],
+                                              p_reserved_at[i], p_expires_at[i], p_reasons[i],
+                                              p_now[i], p_revoke[i]);
+            EXCEPTION WHEN OTHERS THEN
+                error_code := SQLSTATE;
+                error_message := SQLERRM;
+            END;
+        ELSE
+            SELECT * INTO m FROM fg_merge(p_codes[i], p_orders[i], p_customers[i],
+                                          p_statuses[i], p_order_amounts[i], p_discounts[i],
+                                          p_reserved_at[i], p_expires_at[i], p_reasons[i],
+                                          p_now[i], p_revoke[i]);
+        END IF;
+        IF error_code IS NULL THEN
+            outcome := m.outcome;
+            customer_id := m.customer_id;
+            status := m.status;
+            discount_amount := m.discount_amount;
+            expires_at := m.expires_at;
+            -- A batch is mostly one voucher's: read its kind once.
+            IF last_code IS DISTINCT FROM p_codes[i] THEN
+                last_code := p_codes[i];
+                last_flash := (SELECT v.flash_sale FROM voucher v WHERE v.code = last_code);
+            END IF;
+            flash_sale := last_flash;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
+--
+-- Name: fg_patch_voucher(text, bigint, bigint, smallint, bigint, bigint, integer, integer, timestamp with time zone, timestamp with time zone, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_patch_voucher(p_code text, p_version bigint, p_discount_amount bigint, p_discount_percent smallint, p_max_discount bigint, p_min_order_amount bigint, p_total_limit integer, p_per_user_limit integer, p_starts_at timestamp with time zone, p_ends_at timestamp with time zone, p_active boolean) RETURNS TABLE(outcome text, version bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v  RECORD;
+BEGIN
+    SELECT x.version, x.total_limit INTO v FROM voucher x WHERE x.code = p_code FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'NOT_FOUND'::TEXT, NULL::BIGINT;
+        RETURN;
+    END IF;
+    IF v.version <> p_version THEN
+        RETURN QUERY SELECT 'STALE'::TEXT, v.version;
+        RETURN;
+    END IF;
+    IF p_total_limit <> v.total_limit THEN
+        PERFORM fg_resize_slots(p_code, p_total_limit);
+    END IF;
+    UPDATE voucher x
+       SET discount_amount = p_discount_amount,
+           discount_percent = p_discount_percent,
+           max_discount_amount = p_max_discount,
+           min_order_amount = p_min_order_amount,
+           per_user_limit = p_per_user_limit,
+           starts_at = p_starts_at,
+           ends_at = p_ends_at,
+           active = p_active,
+           version = x.version + 1
+     WHERE x.code = p_code;
+    RETURN QUERY SELECT 'APPLIED'::TEXT, v.version + 1;
+END;
+$$;
+
+--
+-- Name: fg_reserve(text, text, bigint, bigint, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_reserve(p_code text, p_order text, p_customer bigint, p_order_amount bigint, p_now timestamp with time zone) RETURNS TABLE(outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    r  RECORD;
+    e  RECORD;
+    m  RECORD;
+BEGIN
+    SELECT x.customer_id, x.status, x.discount_amount, x.expires_at INTO r
+      FROM redemption x WHERE x.voucher_code = p_code AND x.order_id = p_order;
+    IF FOUND THEN
+        RETURN QUERY SELECT
+            CASE WHEN r.customer_id <> p_customer THEN 'ORDER_CONFLICT'
+                 WHEN r.status = 3 THEN 'RESERVATION_RELEASED'
+                 ELSE 'REPLAY' END,
+            r.customer_id, r.status, r.discount_amount, r.expires_at;
+        RETURN;
+    END IF;
+    SELECT * INTO e FROM fg_validate(p_code, p_customer, p_order_amount, p_now);
+    IF e.outcome <> 'ELIGIBLE' THEN
+        RETURN QUERY SELECT e.outcome, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
+        RETURN;
+    END IF;
+
+    SELECT * INTO m FROM fg_merge(p_code, p_order, p_customer, 1::SMALLINT, p_order_amount,
+                                  e.discount_amount, p_now,
+                                  p_now + make_interval(secs => e.reservation_ttl_seconds),
+                                  NULL, p_now, false);
+    RETURN QUERY SELECT
+        CASE m.outcome
+            WHEN 'APPLIED' THEN 'RESERVED'
+            WHEN 'UNCHANGED' THEN CASE WHEN m.status = 3 THEN 'RESERVATION_RELEASED' ELSE 'REPLAY' END
+            ELSE m.outcome END,
+        m.customer_id, m.status, m.discount_amount, m.expires_at;
+END;
+$$;
+
+--
+-- Name: fg_reserve_batch(text[], text[], bigint[], bigint[], timestamp with time zone[], boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_reserve_batch(p_codes text[], p_orders text[], p_customers bigint[], p_order_amounts bigint[], p_now timestamp with time zone[], p_isolate boolean) RETURNS TABLE(idx integer, outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone, error_code text, error_message text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    m RECORD;
+BEGIN
+    FOR i IN 1 .. COALESCE(array_length(p_codes, 1), 0) LOOP
+        idx := i;
+        outcome := NULL; customer_id := NULL; status := NULL; discount_amount := NULL;
+        expires_at := NULL; error_code := NULL; error_message := NULL;
+        IF p_isolate THEN
+            BEGIN
+                SELECT * INTO m FROM fg_reserve(p_codes[i], p_orders[i], p_customers[i],
+                                                p_order_amounts[i], p_now[i]);
+            EXCEPTION WHEN OTHERS THEN
+                error_code := SQLSTATE;
+                error_message := SQLERRM;
+            END;
+        ELSE
+            SELECT * INTO m FROM fg_reserve(p_codes[i], p_orders[i], p_customers[i],
+                                            p_order_amounts[i], p_now[i]);
+        END IF;
+        IF error_code IS NULL THEN
+            outcome := m.outcome;
+            customer_id := m.customer_id;
+            status := m.status;
+            discount_amount := m.discount_amount;
+            expires_at := m.expires_at;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
+--
+-- Name: fg_resize_slots(text, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_resize_slots(p_code text, p_limit integer) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_used  BIGINT;
+    v_k     INT;
+    v_room  BIGINT;
+BEGIN
+    PERFORM 1 FROM voucher_slot s WHERE s.voucher_code = p_code ORDER BY s.slot FOR UPDATE;
+    SELECT COALESCE(sum(s.used), 0), count(*) INTO v_used, v_k
+      FROM voucher_slot s WHERE s.voucher_code = p_code;
+    IF p_limit < v_used THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG409', MESSAGE = 'LIMIT_BELOW_USED',
+              DETAIL = format('%s uses are held', v_used);
+    END IF;
+    v_room := p_limit - v_used;
+    UPDATE voucher_slot s
+       SET cap = s.used + v_room / v_k + CASE WHEN o.rank < v_room % v_k THEN 1 ELSE 0 END
+      FROM (SELECT x.slot, row_number() OVER (ORDER BY x.slot) - 1 AS rank
+              FROM voucher_slot x WHERE x.voucher_code = p_code) o
+     WHERE s.voucher_code = p_code AND s.slot = o.slot;
+    UPDATE voucher SET total_limit = p_limit WHERE code = p_code;
+    RETURN v_used;
+END;
+$$;
+
+--
+-- Name: fg_set_slots(text, integer, smallint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_set_slots(p_code text, p_limit integer, p_slots smallint) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO voucher_slot (voucher_code, slot, cap)
+    SELECT p_code, s, p_limit / p_slots + CASE WHEN s < p_limit % p_slots THEN 1 ELSE 0 END
+      FROM generate_series(0, p_slots - 1) AS s
+    ON CONFLICT (voucher_code, slot) DO UPDATE SET cap = EXCLUDED.cap;
+$$;
+
+--
+-- Name: fg_take_slot(text, integer, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_take_slot(p_code text, p_start integer, p_slots integer) RETURNS smallint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    taken SMALLINT;
+BEGIN
+    UPDATE voucher_slot AS vs SET used = vs.used + 1
+     WHERE (vs.voucher_code, vs.slot) = (
+            SELECT x.voucher_code, x.slot FROM voucher_slot x
+             WHERE x.voucher_code = p_code AND x.used < x.cap
+             ORDER BY (x.slot - p_start + p_slots) % p_slots
+             LIMIT 1
+               FOR UPDATE SKIP LOCKED)
+    RETURNING vs.slot INTO taken;
+    IF FOUND THEN
+        RETURN taken;
+    END IF;
+    SELECT l.slot INTO taken
+      FROM (SELECT x.slot, x.used, x.cap FROM voucher_slot x
+             WHERE x.voucher_code = p_code
+             ORDER BY x.slot
+               FOR UPDATE) l
+     WHERE l.used < l.cap
+     ORDER BY (l.slot - p_start + p_slots) % p_slots
+     LIMIT 1;
+    IF taken IS NULL THEN
+        RETURN NULL;
+    END IF;
+    UPDATE voucher_slot AS vs SET used = vs.used + 1
+     WHERE vs.voucher_code = p_code AND vs.slot = taken;
+    RETURN taken;
+END;
+$$;
+
+--
+-- Name: fg_used(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_used(p_code text) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT COALESCE(sum(used), 0) FROM voucher_slot WHERE voucher_code = p_code;
+$$;
+
+--
+-- Name: fg_validate(text, bigint, bigint, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_validate(p_code text, p_customer bigint, p_order_amount bigint, p_now timestamp with time zone) RETURNS TABLE(outcome text, discount_amount bigint, reservation_ttl_seconds integer)
+    LANGUAGE plpgsql STABLE
+    AS $$
+#variable_conflict use_column
+DECLARE
+    s  RECORD;
+BEGIN
+    SELECT v.*, COALESCE(c.active, 0) AS customer_active,
+           EXISTS (SELECT 1 FROM voucher_slot vs
+                    WHERE vs.voucher_code = v.code AND vs.used < vs.cap) AS has_room
+      INTO s
+      FROM voucher v
+      LEFT JOIN voucher_customer c ON c.voucher_code = v.code AND c.customer_id = p_customer
+     WHERE v.code = p_code;
+    IF NOT FOUND THEN
+        outcome := 'VOUCHER_NOT_FOUND';
+    ELSIF NOT s.active THEN
+        outcome := 'INACTIVE';
+    ELSIF p_now < s.starts_at THEN
+        outcome := 'NOT_STARTED';
+    ELSIF p_now >= s.ends_at THEN
+        outcome := 'EXPIRED';
+    ELSIF p_order_amount < s.min_order_amount THEN
+        outcome := 'MIN_ORDER_AMOUNT';
+    ELSIF s.customer_active >= s.per_user_limit THEN
+        outcome := 'ALREADY_USED';
+    ELSIF NOT s.has_room THEN
+        outcome := 'OUT_OF_STOCK';
+    ELSE
+        outcome := 'ELIGIBLE';
+    END IF;
+    IF outcome = 'ELIGIBLE' THEN
+        discount_amount := fg_discount(p_order_amount, s.discount_amount, s.discount_percent,
+                                       s.max_discount_amount);
+        reservation_ttl_seconds := s.reservation_ttl_seconds;
+    END IF;
+    RETURN NEXT;
+END;
+$$;
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: redemption; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.redemption (
+    voucher_code text NOT NULL,
+    order_id text NOT NULL,
+    customer_id bigint NOT NULL,
+    status smallint NOT NULL,
+    order_amount bigint NOT NULL,
+    discount_amount bigint NOT NULL,
+    reserved_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    confirmed_at timestamp with time zone,
+    released_at timestamp with time zone,
+    release_reason text,
+    slot smallint,
+    CONSTRAINT redemption_customer_id_check CHECK ((customer_id >= 1)),
+    CONSTRAINT redemption_order_amount_check CHECK (((order_amount >= 0) AND (order_amount <= '1000000000000000'::bigint))),
+    CONSTRAINT redemption_order_id_check CHECK ((order_id ~ '^[A-Za-z0-9_.:-]{1,64}$'::text)),
+    CONSTRAINT redemption_release_reason_check CHECK ((release_reason = ANY (ARRAY['CANCELLED'::text, 'EXPIRED'::text, 'REVOKED'::text]))),
+    CONSTRAINT redemption_released_has_reason CHECK (((status = 3) = (release_reason IS NOT NULL))),
+    CONSTRAINT redemption_status_check CHECK ((status = ANY (ARRAY[1, 2, 3])))
+);
+
+--
+-- Name: voucher; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.voucher (
+    code text NOT NULL,
+    discount_amount bigint,
+    min_order_amount bigint DEFAULT 0 NOT NULL,
+    total_limit integer NOT NULL,
+    per_user_limit integer DEFAULT 1 NOT NULL,
+    starts_at timestamp with time zone NOT NULL,
+    ends_at timestamp with time zone NOT NULL,
+    flash_sale boolean DEFAULT false NOT NULL,
+    reservation_ttl_seconds integer DEFAULT 900 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    counter_slots smallint DEFAULT 1 NOT NULL,
+    active boolean DEFAULT true NOT NULL,
+    discount_percent smallint,
+    max_discount_amount bigint,
+    version bigint DEFAULT 1 NOT NULL,
+    CONSTRAINT voucher_cap_only_with_percent CHECK (((max_discount_amount IS NULL) OR (discount_percent IS NOT NULL))),
+    CONSTRAINT voucher_code_check CHECK ((code ~ '^[A-Z0-9_-]{1,32}$'::text)),
+    CONSTRAINT voucher_counter_slots_check CHECK (((counter_slots >= 1) AND (counter_slots <= 64))),
+    CONSTRAINT voucher_discount_amount_check CHECK (((discount_amount >= 0) AND (discount_amount <= '1000000000000000'::bigint))),
+    CONSTRAINT voucher_discount_percent_check CHECK (((discount_percent >= 1) AND (discount_percent <= 100))),
+    CONSTRAINT voucher_max_discount_amount_check CHECK (((max_discount_amount >= 0) AND (max_discount_amount <= '1000000000000000'::bigint))),
+    CONSTRAINT voucher_min_order_amount_check CHECK (((min_order_amount >= 0) AND (min_order_amount <= '1000000000000000'::bigint))),
+    CONSTRAINT voucher_one_discount CHECK (((discount_amount IS NULL) <> (discount_percent IS NULL))),
+    CONSTRAINT voucher_per_user_limit_check CHECK ((per_user_limit >= 1)),
+    CONSTRAINT voucher_reservation_ttl_seconds_check CHECK (((reservation_ttl_seconds >= 1) AND (reservation_ttl_seconds <= 604800))),
+    CONSTRAINT voucher_total_limit_check CHECK (((total_limit >= 1) AND (total_limit <= 1000000000))),
+    CONSTRAINT voucher_window_ordered CHECK ((ends_at > starts_at))
+);
+
+--
+-- Name: voucher_customer; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.voucher_customer (
+    voucher_code text NOT NULL,
+    customer_id bigint NOT NULL,
+    active integer NOT NULL,
+    CONSTRAINT voucher_customer_active_check CHECK ((active >= 0)),
+    CONSTRAINT voucher_customer_customer_id_check CHECK ((customer_id >= 1))
+);
+
+--
+-- Name: voucher_slot; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.voucher_slot (
+    voucher_code text NOT NULL,
+    slot smallint NOT NULL,
+    cap integer NOT NULL,
+    used integer DEFAULT 0 NOT NULL,
+    CONSTRAINT voucher_slot_cap_check CHECK ((cap >= 0)),
+    CONSTRAINT voucher_slot_slot_check CHECK (((slot >= 0) AND (slot <= 63))),
+    CONSTRAINT voucher_slot_used_within_cap CHECK (((used >= 0) AND (used <= cap)))
+);
+
+--
+-- Name: redemption redemption_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.redemption
+    ADD CONSTRAINT redemption_pkey PRIMARY KEY (voucher_code, order_id);
+
+--
+-- Name: voucher_customer voucher_customer_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.voucher_customer
+    ADD CONSTRAINT voucher_customer_pkey PRIMARY KEY (voucher_code, customer_id);
+
+--
+-- Name: voucher voucher_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.voucher
+    ADD CONSTRAINT voucher_pkey PRIMARY KEY (code);
+
+--
+-- Name: voucher_slot voucher_slot_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.voucher_slot
+    ADD CONSTRAINT voucher_slot_pkey PRIMARY KEY (voucher_code, slot);
+
+--
+-- Name: redemption_reserved_expiry; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX redemption_reserved_expiry ON public.redemption USING btree (expires_at) WHERE (status = 1);
+
+--
+-- Name: voucher_slot voucher_slot_caps_sum; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER voucher_slot_caps_sum AFTER INSERT OR DELETE OR UPDATE OF cap, voucher_code ON public.voucher_slot DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.fg_check_slot_caps();
+
+--
+-- Name: voucher voucher_total_limit_caps_sum; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER voucher_total_limit_caps_sum AFTER INSERT OR UPDATE OF total_limit ON public.voucher DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.fg_check_slot_caps();
+
+--
+-- PostgreSQL database dump complete
+--
+

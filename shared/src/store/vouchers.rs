@@ -1,0 +1,276 @@
+//! Vouchers: creating one, reading one or a page of them, and changing their rules.
+
+use tokio_postgres::{error::SqlState, types::Type};
+
+use super::rows::{page_next, voucher_rules};
+use super::Store;
+use crate::domain::{
+    Discount, NewVoucher, Page, VoucherCode, VoucherList, VoucherRules, VoucherView,
+};
+use crate::errors::{CreateVoucherError, GetVoucherError, ListError, StoreError};
+
+/// The facts about a voucher that never change after creation, cached by each process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VoucherKind {
+    pub flash_sale: bool,
+}
+
+/// A voucher as a change to it starts from: its rules and the version they are at.
+#[derive(Debug, Clone)]
+pub struct VoucherState {
+    pub rules: VoucherRules,
+    pub version: i64,
+    pub reservation_ttl_seconds: i32,
+}
+
+/// What `fg_patch_voucher` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchOutcome {
+    /// Written; the voucher's new version.
+    Applied(i64),
+    /// Another change landed since the version given, or Postgres broke a deadlock with a batch
+    /// of reserves by rolling this change back: nothing written, read again and retry.
+    Stale,
+    NotFound,
+    /// The uses held exceed the new limit: nothing written. Postgres' detail.
+    LimitBelowUsed(String),
+}
+
+/// The voucher view's columns, for one voucher or a page of them.
+const VOUCHER_VIEW: &str = "
+    SELECT v.code, v.discount_amount, v.discount_percent, v.max_discount_amount,
+           v.min_order_amount, v.total_limit, v.per_user_limit, v.starts_at, v.ends_at,
+           v.flash_sale, v.active, v.reservation_ttl_seconds, v.counter_slots,
+           fg_used(v.code) AS used,
+           (SELECT count(*) FROM redemption r
+             WHERE r.voucher_code = v.code AND r.status = 1) AS reserved,
+           (SELECT count(*) FROM redemption r
+             WHERE r.voucher_code = v.code AND r.status = 2) AS confirmed,
+           (SELECT count(*) FROM redemption r
+             WHERE r.voucher_code = v.code AND r.release_reason = 'REVOKED') AS revoked
+      FROM voucher v";
+
+fn voucher_view(row: &tokio_postgres::Row) -> VoucherView {
+    let discount = Discount::from_columns(
+        row.get("discount_amount"),
+        row.get("discount_percent"),
+        row.get("max_discount_amount"),
+    );
+    let (discount_amount, discount_percent, max_discount_amount) = discount.columns();
+    let total: i64 = row.get::<_, i32>("total_limit").into();
+    let used: i64 = row.get("used");
+    VoucherView {
+        code: row.get("code"),
+        discount_amount,
+        discount_percent,
+        max_discount_amount,
+        min_order_amount: row.get("min_order_amount"),
+        total_limit: total,
+        per_user_limit: row.get::<_, i32>("per_user_limit").into(),
+        starts_at: row.get("starts_at"),
+        ends_at: row.get("ends_at"),
+        flash_sale: row.get("flash_sale"),
+        active: row.get("active"),
+        reservation_ttl_seconds: row.get::<_, i32>("reservation_ttl_seconds").into(),
+        counter_slots: row.get::<_, i16>("counter_slots").into(),
+        used_count: used,
+        remaining: total - used,
+        reserved_count: row.get("reserved"),
+        confirmed_count: row.get("confirmed"),
+        revoked_count: row.get("revoked"),
+    }
+}
+
+impl Store {
+    pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
+        let client = self.client().await?;
+        let r = &v.rules;
+        let (amount, percent, cap) = r.discount.columns();
+        // One statement, so one transaction: the voucher and its slots commit together, and
+        // the caps' sum is checked at that commit.
+        let rows = client
+            .query_typed(
+                "WITH v AS (
+                   INSERT INTO voucher (code, discount_amount, discount_percent,
+                                        max_discount_amount, min_order_amount, total_limit,
+                                        per_user_limit, starts_at, ends_at, flash_sale, active,
+                                        reservation_ttl_seconds, counter_slots)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                   ON CONFLICT (code) DO NOTHING
+                   RETURNING code, total_limit, counter_slots)
+                 SELECT v.code, fg_set_slots(v.code, v.total_limit, v.counter_slots) FROM v",
+                &[
+                    (&v.code.as_str(), Type::TEXT),
+                    (&amount, Type::INT8),
+                    (&percent, Type::INT2),
+                    (&cap, Type::INT8),
+                    (&r.min_order_amount, Type::INT8),
+                    (&r.total_limit, Type::INT4),
+                    (&r.per_user_limit, Type::INT4),
+                    (&r.starts_at, Type::TIMESTAMPTZ),
+                    (&r.ends_at, Type::TIMESTAMPTZ),
+                    (&v.flash_sale, Type::BOOL),
+                    (&r.active, Type::BOOL),
+                    (&v.reservation_ttl_seconds, Type::INT4),
+                    (&v.counter_slots, Type::INT2),
+                ],
+            )
+            .await
+            .map_err(StoreError::from)?;
+        if rows.is_empty() {
+            return Err(CreateVoucherError::Exists(v.code.as_str().to_owned()));
+        }
+        Ok(VoucherView {
+            code: v.code.as_str().to_owned(),
+            discount_amount: amount,
+            discount_percent: percent,
+            max_discount_amount: cap,
+            min_order_amount: r.min_order_amount,
+            total_limit: r.total_limit.into(),
+            per_user_limit: r.per_user_limit.into(),
+            starts_at: r.starts_at,
+            ends_at: r.ends_at,
+            flash_sale: v.flash_sale,
+            active: r.active,
+            reservation_ttl_seconds: v.reservation_ttl_seconds.into(),
+            counter_slots: v.counter_slots.into(),
+            used_count: 0,
+            remaining: r.total_limit.into(),
+            reserved_count: 0,
+            confirmed_count: 0,
+            revoked_count: 0,
+        })
+    }
+
+    pub async fn voucher(&self, code: &VoucherCode) -> Result<VoucherView, GetVoucherError> {
+        let client = self.client().await?;
+        let row = client
+            .query_typed(
+                &format!("{VOUCHER_VIEW} WHERE v.code = $1"),
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await
+            .map_err(StoreError::from)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| GetVoucherError::NotFound(code.as_str().to_owned()))?;
+        Ok(voucher_view(&row))
+    }
+
+    /// A page of vouchers in code order (keyset: the page after `list.after`).
+    pub async fn vouchers(&self, list: &VoucherList) -> Result<Page<VoucherView>, ListError> {
+        let after = list.after.as_ref().map(VoucherCode::as_str);
+        // One more than the page, to know whether a page follows.
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                &format!(
+                    "{VOUCHER_VIEW} WHERE ($1::text IS NULL OR v.code > $1)
+                      ORDER BY v.code LIMIT $2"
+                ),
+                &[(&after, Type::TEXT), (&(list.limit + 1), Type::INT8)],
+            )
+            .await
+            .map_err(StoreError::from)?;
+        let mut items: Vec<VoucherView> = rows.iter().map(voucher_view).collect();
+        let next = page_next(&mut items, list.limit, |v| VoucherList::cursor(&v.code));
+        Ok(Page { items, next })
+    }
+
+    /// The voucher's rules and version, as a change starts from (None: no such voucher).
+    pub async fn voucher_state(
+        &self,
+        code: &VoucherCode,
+    ) -> Result<Option<VoucherState>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT discount_amount, discount_percent, max_discount_amount, min_order_amount,
+                        total_limit, per_user_limit, starts_at, ends_at, active, version,
+                        reservation_ttl_seconds
+                   FROM voucher WHERE code = $1",
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await?;
+        Ok(rows.first().map(|row| VoucherState {
+            rules: voucher_rules(row),
+            version: row.get("version"),
+            reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
+        }))
+    }
+
+    /// Writes `rules` as the voucher's, if it is still at `version` (`fg_patch_voucher`, one
+    /// round trip and one transaction).
+    pub async fn patch_voucher(
+        &self,
+        code: &VoucherCode,
+        version: i64,
+        rules: &VoucherRules,
+    ) -> Result<PatchOutcome, StoreError> {
+        let (amount, percent, cap) = rules.discount.columns();
+        let result = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT outcome, version
+                   FROM fg_patch_voucher($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    (&code.as_str(), Type::TEXT),
+                    (&version, Type::INT8),
+                    (&amount, Type::INT8),
+                    (&percent, Type::INT2),
+                    (&cap, Type::INT8),
+                    (&rules.min_order_amount, Type::INT8),
+                    (&rules.total_limit, Type::INT4),
+                    (&rules.per_user_limit, Type::INT4),
+                    (&rules.starts_at, Type::TIMESTAMPTZ),
+                    (&rules.ends_at, Type::TIMESTAMPTZ),
+                    (&rules.active, Type::BOOL),
+                ],
+            )
+            .await;
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) => {
+                if let Some(db) = e.as_db_error() {
+                    if db.code().code() == "FG409" && db.message() == "LIMIT_BELOW_USED" {
+                        return Ok(PatchOutcome::LimitBelowUsed(
+                            db.detail().unwrap_or_default().to_owned(),
+                        ));
+                    }
+                    // Resizing locks every slot in slot order; a batch of reserves that holds
+                    // one slot and then waits for all (near sold out) can meet it head on.
+                    if db.code() == &SqlState::T_R_DEADLOCK_DETECTED {
+                        return Ok(PatchOutcome::Stale);
+                    }
+                }
+                return Err(e.into());
+            }
+        };
+        let row = rows.first().ok_or(StoreError::NoRow)?;
+        let outcome: &str = row.get("outcome");
+        Ok(match outcome {
+            "APPLIED" => PatchOutcome::Applied(row.get("version")),
+            "STALE" => PatchOutcome::Stale,
+            "NOT_FOUND" => PatchOutcome::NotFound,
+            other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
+        })
+    }
+
+    /// How a voucher is decided (None: no such voucher). Immutable once created.
+    pub async fn kind(&self, code: &VoucherCode) -> Result<Option<VoucherKind>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT flash_sale FROM voucher WHERE code = $1",
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await?;
+        Ok(rows.first().map(|r| VoucherKind {
+            flash_sale: r.get(0),
+        }))
+    }
+}
