@@ -24,13 +24,14 @@ pub use sweeps::{Expired, LiveFlashVoucher};
 
 use crate::config::DatabaseSettings;
 use crate::domain::{
-    Discount, GateMeta, NewVoucher, OrderId, Page, Reservation, ReservationItem, ReservationList,
+    Discount, NewVoucher, OrderId, Page, Reservation, ReservationItem, ReservationList,
     ReservationView, Reserve, ReserveOutcome, Status, Validate, VoucherCode, VoucherList,
     VoucherRules, VoucherView,
 };
 use crate::errors::{
     CreateVoucherError, GetReservationError, GetVoucherError, ListError, ReserveError, StoreError,
 };
+use crate::gate::GateMeta;
 use crate::tls;
 
 mod embedded {
