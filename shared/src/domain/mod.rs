@@ -1,10 +1,24 @@
 //! The domain: validated identifiers, amounts, the reservation status lattice and the views the
 //! API returns. Nothing here does I/O, so the rules are unit-tested without a database.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+mod amounts;
+mod ids;
+mod invalid;
+mod outcome;
+mod status;
+mod time;
+
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-pub const MAX_AMOUNT: i64 = 1_000_000_000_000_000; // 10^15 minor units
+pub use amounts::{amount, MAX_AMOUNT};
+pub use ids::{customer_id, OrderId, VoucherCode};
+pub use invalid::Invalid;
+pub use outcome::{Held, ReserveOutcome};
+pub use status::{active_delta, ReleaseReason, Status};
+pub use time::{millis, rfc3339};
+use time::{rfc3339_ms, rfc3339_ms_or_null};
+
 pub const MAX_TOTAL_LIMIT: i64 = 1_000_000_000;
 pub const MAX_TTL_SECONDS: i64 = 7 * 24 * 3600;
 pub const DEFAULT_TTL_SECONDS: i64 = 900;
@@ -18,253 +32,6 @@ pub const AUTO_COUNTER_SLOTS: i64 = 32;
 /// (nothing to spread), then one per 16 uses, up to [`AUTO_COUNTER_SLOTS`].
 pub fn counter_slots_for(total_limit: i64) -> i64 {
     (total_limit / 16).clamp(1, AUTO_COUNTER_SLOTS)
-}
-
-/// A rule broken by client input. `field` is the JSON field or path segment at fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {problem}")]
-pub struct Invalid {
-    pub field: &'static str,
-    pub problem: String,
-}
-
-impl Invalid {
-    pub fn new(field: &'static str, problem: impl Into<String>) -> Self {
-        Invalid {
-            field,
-            problem: problem.into(),
-        }
-    }
-}
-
-/// Voucher code: 1-32 of `[A-Za-z0-9_-]`, case-insensitive, kept upper-case.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct VoucherCode(String);
-
-impl VoucherCode {
-    pub fn parse(raw: &str) -> Result<Self, Invalid> {
-        let ok = (1..=32).contains(&raw.len())
-            && raw
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if !ok {
-            return Err(Invalid::new(
-                "code",
-                "must be 1-32 characters of A-Z, a-z, 0-9, '_' or '-'",
-            ));
-        }
-        Ok(VoucherCode(raw.to_ascii_uppercase()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// Order id: 1-64 of `[A-Za-z0-9_.:-]`, case-sensitive (it is the caller's key).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct OrderId(String);
-
-impl OrderId {
-    pub fn parse(raw: &str) -> Result<Self, Invalid> {
-        let ok = (1..=64).contains(&raw.len())
-            && raw
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
-        if !ok {
-            return Err(Invalid::new(
-                "orderId",
-                "must be 1-64 characters of A-Z, a-z, 0-9, '_', '.', ':' or '-'",
-            ));
-        }
-        Ok(OrderId(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-pub fn customer_id(field: &'static str, value: i64) -> Result<i64, Invalid> {
-    if value < 1 {
-        return Err(Invalid::new(field, "must be an integer from 1 to 2^63-1"));
-    }
-    Ok(value)
-}
-
-pub fn amount(field: &'static str, value: i64) -> Result<i64, Invalid> {
-    if !(0..=MAX_AMOUNT).contains(&value) {
-        return Err(Invalid::new(
-            field,
-            format!("must be an integer from 0 to {MAX_AMOUNT}"),
-        ));
-    }
-    Ok(value)
-}
-
-/// Reservation status. Values are the lattice order stored in Postgres: it only grows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Status {
-    Reserved = 1,
-    Confirmed = 2,
-    Released = 3,
-}
-
-impl Status {
-    pub fn from_db(value: i16) -> Option<Self> {
-        match value {
-            1 => Some(Status::Reserved),
-            2 => Some(Status::Confirmed),
-            3 => Some(Status::Released),
-            _ => None,
-        }
-    }
-
-    pub fn as_db(self) -> i16 {
-        self as i16
-    }
-
-    /// Holds a use of the voucher.
-    pub fn is_active(self) -> bool {
-        matches!(self, Status::Reserved | Status::Confirmed)
-    }
-
-    /// The lattice merge (docs/ARCHITECTURE.md, "The reservation lattice"): the result of
-    /// applying `incoming` on top of `self`. `fg_merge` implements this in SQL; a test checks
-    /// the two agree on every transition.
-    pub fn merge(self, incoming: Status) -> Status {
-        self.max(incoming)
-    }
-}
-
-/// Change of the active-use counters when a row goes from `old` (None: no row) to `new`: what
-/// `fg_merge` adds to the voucher's used count (its slots' sum) and the customer's counter
-/// (checked by a test against SQL).
-pub fn active_delta(old: Option<Status>, new: Status) -> i32 {
-    let active = |s: Option<Status>| s.is_some_and(Status::is_active) as i32;
-    active(Some(new)) - active(old)
-}
-
-/// What a reserve came to: one vocabulary, spelled the same by the gate's `reserve.lua`, by
-/// SQL's `fg_reserve` (and the refusals `fg_merge` raises), and by the HTTP error codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReserveOutcome {
-    /// A new use was taken.
-    Reserved,
-    /// The same customer's order already holds a use: a retry, answered like the first.
-    Replay,
-    /// The orderId holds this voucher for another customer.
-    OrderConflict,
-    /// The orderId's reservation was released; it cannot reserve again.
-    ReservationReleased,
-    VoucherNotFound,
-    /// The gate does not hold this voucher yet (gate only).
-    NotLoaded,
-    /// The voucher is paused.
-    Inactive,
-    NotStarted,
-    Expired,
-    MinOrderAmount,
-    AlreadyUsed,
-    OutOfStock,
-    /// A validation found that a reserve now would be granted (nothing was taken).
-    Eligible,
-}
-
-impl ReserveOutcome {
-    const ALL: [ReserveOutcome; 13] = [
-        ReserveOutcome::Reserved,
-        ReserveOutcome::Replay,
-        ReserveOutcome::OrderConflict,
-        ReserveOutcome::ReservationReleased,
-        ReserveOutcome::VoucherNotFound,
-        ReserveOutcome::NotLoaded,
-        ReserveOutcome::Inactive,
-        ReserveOutcome::NotStarted,
-        ReserveOutcome::Expired,
-        ReserveOutcome::MinOrderAmount,
-        ReserveOutcome::AlreadyUsed,
-        ReserveOutcome::OutOfStock,
-        ReserveOutcome::Eligible,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReserveOutcome::Reserved => "RESERVED",
-            ReserveOutcome::Replay => "REPLAY",
-            ReserveOutcome::OrderConflict => "ORDER_CONFLICT",
-            ReserveOutcome::ReservationReleased => "RESERVATION_RELEASED",
-            ReserveOutcome::VoucherNotFound => "VOUCHER_NOT_FOUND",
-            ReserveOutcome::NotLoaded => "NOT_LOADED",
-            ReserveOutcome::Inactive => "INACTIVE",
-            ReserveOutcome::NotStarted => "NOT_STARTED",
-            ReserveOutcome::Expired => "EXPIRED",
-            ReserveOutcome::MinOrderAmount => "MIN_ORDER_AMOUNT",
-            ReserveOutcome::AlreadyUsed => "ALREADY_USED",
-            ReserveOutcome::OutOfStock => "OUT_OF_STOCK",
-            ReserveOutcome::Eligible => "ELIGIBLE",
-        }
-    }
-
-    /// The word as Lua or SQL wrote it; None for a word outside the vocabulary.
-    pub fn parse(word: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|o| o.as_str() == word)
-    }
-
-    /// A use is held for the order (new or replayed).
-    pub fn holds(self) -> bool {
-        matches!(self, ReserveOutcome::Reserved | ReserveOutcome::Replay)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReleaseReason {
-    Cancelled,
-    Expired,
-    Revoked,
-}
-
-impl ReleaseReason {
-    pub fn as_db(self) -> &'static str {
-        match self {
-            ReleaseReason::Cancelled => "CANCELLED",
-            ReleaseReason::Expired => "EXPIRED",
-            ReleaseReason::Revoked => "REVOKED",
-        }
-    }
-}
-
-/// Timestamps go out as RFC 3339 at one fixed precision (milliseconds, `Z`), so a stored instant
-/// always prints the same: this is what makes replayed answers byte-identical.
-pub fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
-/// Truncates to the millisecond, the precision everything is stored and printed at.
-pub fn millis(t: DateTime<Utc>) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(t.timestamp_millis()).expect("in range")
-}
-
-mod rfc3339_ms {
-    use chrono::{DateTime, Utc};
-    use serde::Serializer;
-
-    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&super::rfc3339(*t))
-    }
-}
-
-mod rfc3339_ms_or_null {
-    use chrono::{DateTime, Utc};
-    use serde::Serializer;
-
-    pub fn serialize<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
-        match t {
-            Some(t) => s.serialize_str(&super::rfc3339(*t)),
-            None => s.serialize_none(),
-        }
-    }
 }
 
 /// `POST /vouchers` body, as received.
@@ -655,17 +422,6 @@ pub struct Eligibility {
     pub eligible: bool,
     pub discount_amount: i64,
 }
-
-/// A use as it is held: everything a 201 needs, so any layer (gate, event, Postgres) answers a
-/// retry alike. Times are milliseconds since the epoch, the precision everything is kept at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
-    pub customer_id: i64,
-    pub reserved_ms: i64,
-    pub expires_ms: i64,
-    pub discount: i64,
-}
-
 /// `POST /vouchers/{code}/validations` body, as received.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -917,82 +673,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes_are_case_insensitive_and_stored_upper_case() {
-        assert_eq!(
-            VoucherCode::parse("sale-100k_a").unwrap().as_str(),
-            "SALE-100K_A"
-        );
-        for bad in ["", "a b", "é", "x/y", &"A".repeat(33)] {
-            assert_eq!(
-                VoucherCode::parse(bad).unwrap_err().field,
-                "code",
-                "{bad:?}"
-            );
-        }
-        assert!(VoucherCode::parse(&"A".repeat(32)).is_ok());
-    }
-
-    #[test]
-    fn order_ids_allow_dots_and_colons_only_among_punctuation() {
-        assert_eq!(
-            OrderId::parse("shop:1.2_3-x").unwrap().as_str(),
-            "shop:1.2_3-x"
-        );
-        for bad in ["", "a/b", "a b", "a#", &"o".repeat(65)] {
-            assert_eq!(OrderId::parse(bad).unwrap_err().field, "orderId", "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn status_only_grows() {
-        use Status::*;
-        for a in [Reserved, Confirmed, Released] {
-            for b in [Reserved, Confirmed, Released] {
-                assert_eq!(a.merge(b), b.merge(a), "merge commutes");
-                assert_eq!(a.merge(b).merge(b), a.merge(b), "merge is idempotent");
-                assert!(a.merge(b) >= a);
-            }
-        }
-        assert_eq!(Released.merge(Reserved), Released, "RELEASED is terminal");
-    }
-
-    #[test]
-    fn reserve_outcomes_round_trip_their_words() {
-        for o in ReserveOutcome::ALL {
-            assert_eq!(ReserveOutcome::parse(o.as_str()), Some(o));
-        }
-        assert_eq!(ReserveOutcome::parse("DUPLICATE"), None);
-        assert!(ReserveOutcome::Replay.holds() && !ReserveOutcome::OutOfStock.holds());
-    }
-
-    #[test]
-    fn counters_move_by_change_in_activeness() {
-        use Status::*;
-        assert_eq!(active_delta(None, Reserved), 1);
-        assert_eq!(active_delta(None, Confirmed), 1);
-        assert_eq!(active_delta(None, Released), 0);
-        assert_eq!(active_delta(Some(Reserved), Confirmed), 0);
-        assert_eq!(active_delta(Some(Reserved), Released), -1);
-        assert_eq!(active_delta(Some(Confirmed), Released), -1);
-        assert_eq!(active_delta(Some(Released), Released), 0);
-    }
-
-    #[test]
     fn counter_slots_grow_with_the_limit_up_to_a_bound() {
         assert_eq!(counter_slots_for(1), 1);
         assert_eq!(counter_slots_for(31), 1);
         assert_eq!(counter_slots_for(160), 10);
         assert_eq!(counter_slots_for(1_000), AUTO_COUNTER_SLOTS);
         assert_eq!(counter_slots_for(MAX_TOTAL_LIMIT), AUTO_COUNTER_SLOTS);
-    }
-
-    #[test]
-    fn timestamps_print_at_millisecond_precision() {
-        let t = DateTime::parse_from_rfc3339("2026-01-02T03:04:05.678901+02:00")
-            .unwrap()
-            .with_timezone(&Utc);
-        assert_eq!(rfc3339(t), "2026-01-02T01:04:05.678Z");
-        assert_eq!(rfc3339(millis(t)), rfc3339(t));
     }
 
     #[test]
@@ -1217,7 +903,6 @@ mod tests {
             assert_eq!(patch(json).unwrap_err().field, field, "{json}");
         }
     }
-
     #[test]
     fn cursors_round_trip_and_refuse_another_listings() {
         let next = ReservationList::cursor("order:1");
