@@ -10,8 +10,8 @@ use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::config::RedisSettings;
-use shared::domain::{Discount, GateMeta, Held, ReserveOutcome, VoucherCode};
-use shared::gate::{Gate, GateReply, Removal, Removed};
+use shared::domain::{Discount, Held, ReserveOutcome, VoucherCode};
+use shared::gate::{Gate, GateMeta, GateReply, Removal, Removed};
 
 use crate::harness::{self, cluster_url, error_of, redis_url, TestApp};
 

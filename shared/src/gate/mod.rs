@@ -10,6 +10,7 @@
 //! a hang. See docs/ARCHITECTURE.md, "The gate's keys and scripts".
 
 pub mod keys;
+mod meta;
 
 use std::time::Duration;
 
@@ -19,8 +20,9 @@ use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 use tokio::sync::OnceCell;
 
 use crate::config::RedisSettings;
-use crate::domain::{GateMeta, Held, ReserveOutcome, VoucherCode};
+use crate::domain::{Held, ReserveOutcome, VoucherCode};
 pub use keys::Keys;
+pub use meta::GateMeta;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {

@@ -20,9 +20,9 @@
 use std::time::{Duration, Instant};
 
 use super::Reservations;
-use crate::domain::{GateMeta, VoucherCode, VoucherPatch, VoucherView};
+use crate::domain::{VoucherCode, VoucherPatch, VoucherView};
 use crate::errors::{GetVoucherError, PatchVoucherError};
-use crate::gate::Patched;
+use crate::gate::{GateMeta, Patched};
 use crate::store::{PatchOutcome, VoucherState};
 use crate::telemetry::Chain;
 

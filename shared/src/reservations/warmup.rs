@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::Parts;
-use crate::domain::{GateMeta, VoucherCode};
+use crate::domain::VoucherCode;
 use crate::errors::WarmupError;
 use crate::events::Transport;
-use crate::gate::Gate;
+use crate::gate::{Gate, GateMeta};
 use crate::store::Store;
 
 /// How long a caller waits for another process to finish loading a voucher into the gate.

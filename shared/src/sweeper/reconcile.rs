@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use super::{SweepReport, Sweeper};
-use crate::domain::{GateMeta, VoucherCode};
+use crate::domain::VoucherCode;
 use crate::errors::SweepError;
-use crate::gate::{Removal, Removed};
+use crate::gate::{GateMeta, Removal, Removed};
 
 /// What the reconciler read: the gate's `remaining` and the orders holding a use there, then
 /// (after, in one Postgres snapshot) `total_limit` less the uses held, the voucher's version,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use shared::domain::GateMeta;
+use shared::gate::GateMeta;
 use shared::gate::Keys;
 use shared::{server, App};
 use tokio::sync::oneshot;

@@ -1,0 +1,59 @@
+//! The domain: validated identifiers, amounts, the reservation status lattice and the views the
+//! API returns. Nothing here does I/O, so the rules are unit-tested without a database.
+//!
+//! One file per concept, each with its tests; everything is re-exported here, so callers name
+//! `domain::X` and never the file:
+//!
+//! - `invalid`: [`Invalid`], the error every rule returns, naming the field at fault.
+//! - `ids`: [`VoucherCode`], [`OrderId`], [`customer_id`].
+//! - `amounts`: [`amount`] and [`MAX_AMOUNT`], money in minor units.
+//! - `time`: [`rfc3339`] and [`millis`], the one precision instants are kept and printed at.
+//! - `status`: the lattice [`Status`] (`RESERVED < CONFIRMED < RELEASED`), [`active_delta`],
+//!   [`ReleaseReason`].
+//! - `outcome`: [`ReserveOutcome`], the reserve vocabulary shared with Lua and SQL, and
+//!   [`Held`], a use as it is held.
+//! - `discount`: [`Discount`], fixed or a capped percentage.
+//! - `voucher`: creating a voucher: [`CreateVoucherRequest`], its limits, [`VoucherRules`] and
+//!   [`NewVoucher`].
+//! - `patch`: changing one: [`PatchVoucherRequest`] and [`VoucherPatch`].
+//! - `requests`: the bodies about one order, [`ReserveRequest`] and [`ValidateRequest`], and the
+//!   checked [`Reserve`] and [`Validate`] they become.
+//! - `views`: the JSON answers: [`VoucherView`], [`Reservation`], [`ReservationView`],
+//!   [`ReservationItem`], [`Confirmation`], [`Eligibility`].
+//! - `listing`: the listings' queries, cursors and [`Page`].
+//!
+//! The gate's copy of a voucher's rules, `GateMeta`, names Redis fields and so lives in `gate`.
+
+mod amounts;
+mod discount;
+mod ids;
+mod invalid;
+mod listing;
+mod outcome;
+mod patch;
+mod requests;
+mod status;
+mod time;
+mod views;
+mod voucher;
+
+pub use amounts::{amount, MAX_AMOUNT};
+pub use discount::Discount;
+pub use ids::{customer_id, OrderId, VoucherCode};
+pub use invalid::Invalid;
+pub use listing::{
+    Page, ReservationList, ReservationListQuery, VoucherList, VoucherListQuery, DEFAULT_PAGE,
+    MAX_PAGE,
+};
+pub use outcome::{Held, ReserveOutcome};
+pub use patch::{PatchVoucherRequest, VoucherPatch};
+pub use requests::{Reserve, ReserveRequest, Validate, ValidateRequest};
+pub use status::{active_delta, ReleaseReason, Status};
+pub use time::{millis, rfc3339};
+pub use views::{
+    Confirmation, Eligibility, Reservation, ReservationItem, ReservationView, VoucherView,
+};
+pub use voucher::{
+    counter_slots_for, CreateVoucherRequest, NewVoucher, VoucherRules, AUTO_COUNTER_SLOTS,
+    DEFAULT_TTL_SECONDS, MAX_COUNTER_SLOTS, MAX_TOTAL_LIMIT, MAX_TTL_SECONDS,
+};

@@ -1,0 +1,283 @@
+//! Creating a voucher: the `POST /vouchers` body, its limits, and the rules it must pass to
+//! become a [`NewVoucher`] (whose [`VoucherRules`] a patch may later change).
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use super::{amount, millis, Discount, Invalid, VoucherCode};
+
+pub const MAX_TOTAL_LIMIT: i64 = 1_000_000_000;
+pub const MAX_TTL_SECONDS: i64 = 7 * 24 * 3600;
+pub const DEFAULT_TTL_SECONDS: i64 = 900;
+/// Most counter slots a voucher's limit may be split into (docs/ARCHITECTURE.md, "Counter
+/// slots").
+pub const MAX_COUNTER_SLOTS: i64 = 64;
+/// Most slots chosen automatically: past this, more slots only spread the last uses thinner.
+pub const AUTO_COUNTER_SLOTS: i64 = 32;
+
+/// The counter slots chosen for a limit when the create body names none: one for a tiny limit
+/// (nothing to spread), then one per 16 uses, up to [`AUTO_COUNTER_SLOTS`].
+pub fn counter_slots_for(total_limit: i64) -> i64 {
+    (total_limit / 16).clamp(1, AUTO_COUNTER_SLOTS)
+}
+
+/// `POST /vouchers` body, as received.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateVoucherRequest {
+    pub code: String,
+    /// A fixed discount; or `discount_percent` (with an optional `max_discount_amount`).
+    #[serde(default)]
+    pub discount_amount: Option<i64>,
+    #[serde(default)]
+    pub discount_percent: Option<i64>,
+    #[serde(default)]
+    pub max_discount_amount: Option<i64>,
+    #[serde(default)]
+    pub min_order_amount: i64,
+    pub total_limit: i64,
+    #[serde(default = "one")]
+    pub per_user_limit: i64,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+    #[serde(default)]
+    pub flash_sale: bool,
+    #[serde(default = "yes")]
+    pub active: bool,
+    #[serde(default = "default_ttl")]
+    pub reservation_ttl_seconds: i64,
+    /// Counter slots the limit is split into; chosen from the limit when absent.
+    #[serde(default)]
+    pub counter_slots: Option<i64>,
+}
+
+fn one() -> i64 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_ttl() -> i64 {
+    DEFAULT_TTL_SECONDS
+}
+
+pub(super) fn in_range(field: &'static str, v: i64, lo: i64, hi: i64) -> Result<i32, Invalid> {
+    if (lo..=hi).contains(&v) {
+        Ok(v as i32)
+    } else {
+        Err(Invalid::new(
+            field,
+            format!("must be an integer from {lo} to {hi}"),
+        ))
+    }
+}
+
+/// What a voucher's rules are; everything here but the code, the TTL, the slots and the kind
+/// can be changed later with [`VoucherPatch`](super::VoucherPatch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoucherRules {
+    pub discount: Discount,
+    pub min_order_amount: i64,
+    pub total_limit: i32,
+    pub per_user_limit: i32,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+    pub active: bool,
+}
+
+/// A voucher that passed every rule; only this can be stored.
+#[derive(Debug, Clone)]
+pub struct NewVoucher {
+    pub code: VoucherCode,
+    pub rules: VoucherRules,
+    pub flash_sale: bool,
+    pub reservation_ttl_seconds: i32,
+    pub counter_slots: i16,
+}
+
+impl TryFrom<CreateVoucherRequest> for NewVoucher {
+    type Error = Invalid;
+
+    fn try_from(r: CreateVoucherRequest) -> Result<Self, Invalid> {
+        let code = VoucherCode::parse(&r.code)?;
+        let discount =
+            Discount::parse(r.discount_amount, r.discount_percent, r.max_discount_amount)?;
+        if r.ends_at <= r.starts_at {
+            return Err(Invalid::new("endsAt", "must be after startsAt"));
+        }
+        let total_limit = in_range("totalLimit", r.total_limit, 1, MAX_TOTAL_LIMIT)?;
+        let counter_slots = match r.counter_slots {
+            None => counter_slots_for(r.total_limit),
+            // A slot with no use to hold would only be walked past.
+            Some(k) => i64::from(in_range(
+                "counterSlots",
+                k,
+                1,
+                MAX_COUNTER_SLOTS.min(r.total_limit),
+            )?),
+        };
+        Ok(NewVoucher {
+            code,
+            rules: VoucherRules {
+                discount,
+                min_order_amount: amount("minOrderAmount", r.min_order_amount)?,
+                total_limit,
+                per_user_limit: in_range("perUserLimit", r.per_user_limit, 1, i32::MAX as i64)?,
+                starts_at: millis(r.starts_at),
+                ends_at: millis(r.ends_at),
+                active: r.active,
+            },
+            flash_sale: r.flash_sale,
+            reservation_ttl_seconds: in_range(
+                "reservationTtlSeconds",
+                r.reservation_ttl_seconds,
+                1,
+                MAX_TTL_SECONDS,
+            )?,
+            counter_slots: counter_slots as i16,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_slots_grow_with_the_limit_up_to_a_bound() {
+        assert_eq!(counter_slots_for(1), 1);
+        assert_eq!(counter_slots_for(31), 1);
+        assert_eq!(counter_slots_for(160), 10);
+        assert_eq!(counter_slots_for(1_000), AUTO_COUNTER_SLOTS);
+        assert_eq!(counter_slots_for(MAX_TOTAL_LIMIT), AUTO_COUNTER_SLOTS);
+    }
+
+    #[test]
+    fn voucher_rules_name_the_field() {
+        let base = || CreateVoucherRequest {
+            code: "A".into(),
+            discount_amount: Some(1),
+            discount_percent: None,
+            max_discount_amount: None,
+            min_order_amount: 0,
+            total_limit: 10,
+            per_user_limit: 1,
+            starts_at: Utc::now(),
+            ends_at: Utc::now() + chrono::Duration::hours(1),
+            flash_sale: false,
+            active: true,
+            reservation_ttl_seconds: 900,
+            counter_slots: None,
+        };
+        assert!(NewVoucher::try_from(base()).is_ok());
+        let field = |r: CreateVoucherRequest| NewVoucher::try_from(r).unwrap_err().field;
+        assert_eq!(
+            field(CreateVoucherRequest {
+                counter_slots: Some(11),
+                ..base()
+            }),
+            "counterSlots",
+            "more slots than uses"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                counter_slots: Some(0),
+                ..base()
+            }),
+            "counterSlots"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                total_limit: 0,
+                ..base()
+            }),
+            "totalLimit"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                total_limit: MAX_TOTAL_LIMIT + 1,
+                ..base()
+            }),
+            "totalLimit"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                discount_amount: Some(-1),
+                ..base()
+            }),
+            "discountAmount"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                discount_amount: None,
+                ..base()
+            }),
+            "discountAmount",
+            "neither discount"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                discount_percent: Some(10),
+                ..base()
+            }),
+            "discountPercent",
+            "both discounts"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                max_discount_amount: Some(10),
+                ..base()
+            }),
+            "maxDiscountAmount",
+            "a cap on a fixed discount"
+        );
+        for bad in [0, 101] {
+            assert_eq!(
+                field(CreateVoucherRequest {
+                    discount_amount: None,
+                    discount_percent: Some(bad),
+                    ..base()
+                }),
+                "discountPercent"
+            );
+        }
+        let percent = NewVoucher::try_from(CreateVoucherRequest {
+            discount_amount: None,
+            discount_percent: Some(15),
+            max_discount_amount: Some(500),
+            ..base()
+        })
+        .unwrap();
+        assert_eq!(
+            percent.rules.discount,
+            Discount::Percent {
+                percent: 15,
+                cap: Some(500)
+            }
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                per_user_limit: 0,
+                ..base()
+            }),
+            "perUserLimit"
+        );
+        assert_eq!(
+            field(CreateVoucherRequest {
+                reservation_ttl_seconds: MAX_TTL_SECONDS + 1,
+                ..base()
+            }),
+            "reservationTtlSeconds"
+        );
+        let b = base();
+        assert_eq!(
+            field(CreateVoucherRequest {
+                ends_at: b.starts_at,
+                ..b
+            }),
+            "endsAt"
+        );
+    }
+}
