@@ -81,47 +81,139 @@ impl Kafka {
                 })
                 .collect();
             let landed = self.settle(sink, &records).await;
-            // Per partition: the offset to commit, and whether a record failed there.
-            let mut partitions: Vec<(i32, i64, bool)> = Vec::new();
-            for (r, landed) in records.iter().zip(landed) {
-                match partitions.iter_mut().find(|(p, _, _)| *p == r.partition) {
-                    Some((_, _, true)) => {}
-                    Some(entry) if landed => entry.1 = r.offset + 1,
-                    Some(entry) => *entry = (r.partition, r.offset, true),
-                    None if landed => partitions.push((r.partition, r.offset + 1, false)),
-                    None => partitions.push((r.partition, r.offset, true)),
-                }
-            }
+            let positions = positions(&records, &landed);
             let mut commit = TopicPartitionList::new();
-            for (p, next, _) in &partitions {
-                let _ =
-                    commit.add_partition_offset(&self.settings.topic, *p, Offset::Offset(*next));
+            for p in &positions {
+                let _ = commit.add_partition_offset(
+                    &self.settings.topic,
+                    p.partition,
+                    Offset::Offset(p.next),
+                );
             }
             // After Postgres committed: a member killed before this line leaves the records to be
             // read again by the next one, and they merge into nothing.
             if let Err(e) = member.commit(&commit, CommitMode::Async) {
                 tracing::warn!(error = %e, "offset commit failed");
             }
-            let failed: Vec<(i32, i64)> = partitions
-                .iter()
-                .filter(|(_, _, failed)| *failed)
-                .map(|(p, next, _)| (*p, *next))
-                .collect();
+            let failed: Vec<&Position> = positions.iter().filter(|p| p.failed).collect();
             if !failed.is_empty() {
                 tokio::time::sleep(RETRY_PAUSE).await;
-                for (p, offset) in failed {
+                for p in failed {
                     if let Err(e) = member.seek(
                         &self.settings.topic,
-                        p,
-                        Offset::Offset(offset),
+                        p.partition,
+                        Offset::Offset(p.next),
                         Duration::from_secs(5),
                     ) {
                         // Rebuilt from the committed offsets: the records come back either way.
-                        tracing::warn!(partition = p, error = %e, "seek failed; rejoining");
+                        tracing::warn!(partition = p.partition, error = %e, "seek failed; rejoining");
                         return;
                     }
                 }
             }
+        }
+    }
+}
+
+/// Where a partition stands after a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    partition: i32,
+    /// The offset to commit: the partition's next record to read.
+    next: i64,
+    /// A record failed there (at `next`): the partition is read again from it.
+    failed: bool,
+}
+
+/// Each partition's position after a batch, in the order the partitions first appear, given
+/// which records are done with (`done`, as [`Kafka::settle`] answers: landed or
+/// dead-lettered). A partition's commit stops at its first record that is not done: what
+/// follows it is read again with it, and merges into nothing the second time.
+fn positions(records: &[Record<'_>], done: &[bool]) -> Vec<Position> {
+    // Per partition: the offset to commit, and whether a record failed there.
+    let mut positions: Vec<Position> = Vec::new();
+    for (r, &done) in records.iter().zip(done) {
+        let at = positions.iter_mut().find(|p| p.partition == r.partition);
+        match at {
+            Some(Position { failed: true, .. }) => {}
+            Some(p) if done => p.next = r.offset + 1,
+            Some(p) => {
+                p.next = r.offset;
+                p.failed = true;
+            }
+            None => positions.push(Position {
+                partition: r.partition,
+                next: if done { r.offset + 1 } else { r.offset },
+                failed: !done,
+            }),
+        }
+    }
+    positions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(partition: i32, next: i64, failed: bool) -> Position {
+        Position {
+            partition,
+            next,
+            failed,
+        }
+    }
+
+    #[test]
+    fn each_partition_commits_up_to_its_first_record_not_done() {
+        // (records as (partition, offset, done), the positions after the batch). Done is
+        // landed or dead-lettered alike: either way the record is not read again.
+        let cases = vec![
+            ("empty", vec![], vec![]),
+            (
+                "all done",
+                vec![(0, 10, true), (0, 11, true), (0, 12, true)],
+                vec![at(0, 13, false)],
+            ),
+            (
+                "a failure in the middle holds the commit there",
+                vec![(0, 10, true), (0, 11, false), (0, 12, true)],
+                vec![at(0, 11, true)],
+            ),
+            (
+                "the first record fails",
+                vec![(3, 7, false), (3, 8, true)],
+                vec![at(3, 7, true)],
+            ),
+            (
+                "only the first failure counts",
+                vec![(0, 10, false), (0, 11, false)],
+                vec![at(0, 10, true)],
+            ),
+            (
+                "several partitions, interleaved, each on its own",
+                vec![
+                    (1, 5, true),
+                    (0, 10, true),
+                    (1, 6, false),
+                    (0, 11, true),
+                    (2, 0, true),
+                    (1, 7, true),
+                ],
+                vec![at(1, 6, true), at(0, 12, false), at(2, 1, false)],
+            ),
+        ];
+        for (name, batch, want) in cases {
+            let records: Vec<Record<'_>> = batch
+                .iter()
+                .map(|&(partition, offset, _)| Record {
+                    partition,
+                    offset,
+                    key: None,
+                    payload: None,
+                })
+                .collect();
+            let done: Vec<bool> = batch.iter().map(|&(_, _, done)| done).collect();
+            assert_eq!(positions(&records, &done), want, "{name}");
         }
     }
 }
