@@ -11,11 +11,12 @@
 
 pub mod keys;
 
+use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Script, ScriptInvocation, Value};
 use tokio::sync::OnceCell;
 
 use crate::config::RedisSettings;
@@ -227,16 +228,38 @@ impl Gate {
         Ok(Conn::Cluster(conn.clone()))
     }
 
-    /// Runs `f` on a connection within the gate's timeout.
-    async fn bounded<T, F, Fut>(&self, f: F) -> Result<T, GateError>
-    where
-        F: FnOnce(Conn) -> Fut,
-        Fut: std::future::Future<Output = redis::RedisResult<T>>,
-    {
-        let call = async { Ok::<_, GateError>(f(self.conn().await?).await?) };
+    /// `call`, or [`GateError::Timeout`] once the gate's timeout has passed: a dead Redis
+    /// answers within it, never a hang.
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, GateError>>,
+    ) -> Result<T, GateError> {
         tokio::time::timeout(self.timeout, call)
             .await
             .map_err(|_| GateError::Timeout(self.timeout))?
+    }
+
+    /// Runs a script on a connection, within the gate's timeout (making the connection
+    /// included).
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &ScriptInvocation<'_>,
+    ) -> Result<T, GateError> {
+        self.bounded(async {
+            let mut c = self.conn().await?;
+            Ok(script.invoke_async(&mut c).await?)
+        })
+        .await
+    }
+
+    /// Runs one command on a connection, within the gate's timeout (making the connection
+    /// included).
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, GateError> {
+        self.bounded(async {
+            let mut c = self.conn().await?;
+            Ok(cmd.query_async(&mut c).await?)
+        })
+        .await
     }
 
     pub async fn reserve(
@@ -249,7 +272,7 @@ impl Gate {
     ) -> Result<GateReply, GateError> {
         let k = self.keys(code);
         let reply: Vec<String> = self
-            .bounded(|mut c| async move {
+            .invoke(
                 self.reserve
                     .key(&k.meta)
                     .key(&k.remaining)
@@ -259,10 +282,8 @@ impl Gate {
                     .arg(customer_id)
                     .arg(order_id)
                     .arg(order_amount)
-                    .arg(now_ms)
-                    .invoke_async(&mut c)
-                    .await
-            })
+                    .arg(now_ms),
+            )
             .await?;
         parse_reserve(&reply)
     }
@@ -278,17 +299,15 @@ impl Gate {
     ) -> Result<(ReserveOutcome, i64), GateError> {
         let k = self.keys(code);
         let reply: Vec<String> = self
-            .bounded(|mut c| async move {
+            .invoke(
                 self.validate
                     .key(&k.meta)
                     .key(&k.remaining)
                     .key(&k.users)
                     .arg(customer_id)
                     .arg(order_amount)
-                    .arg(now_ms)
-                    .invoke_async(&mut c)
-                    .await
-            })
+                    .arg(now_ms),
+            )
             .await?;
         let [outcome, discount] = reply.as_slice() else {
             return Err(GateError::Reply(format!("{reply:?}")));
@@ -314,7 +333,7 @@ impl Gate {
         };
         let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
         let reply: String = self
-            .bounded(|mut c| async move {
+            .invoke(
                 self.release
                     .key(&k.remaining)
                     .key(&k.users)
@@ -323,10 +342,8 @@ impl Gate {
                     .arg(order_id)
                     .arg(give_back)
                     .arg(tombstone)
-                    .arg(customer)
-                    .invoke_async(&mut c)
-                    .await
-            })
+                    .arg(customer),
+            )
             .await?;
         match reply.as_str() {
             "RELEASED" => Ok(Removed::Released),
@@ -348,16 +365,14 @@ impl Gate {
         let k = self.keys(code);
         let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
         let reply: Vec<String> = self
-            .bounded(|mut c| async move {
+            .invoke(
                 self.lookup
                     .key(&k.orders)
                     .key(&k.users)
                     .key(&k.meta)
                     .arg(order_id)
-                    .arg(customer)
-                    .invoke_async(&mut c)
-                    .await
-            })
+                    .arg(customer),
+            )
             .await?;
         parse_lookup(&reply)
     }
@@ -374,15 +389,13 @@ impl Gate {
     /// Orders reserved in the gate that Postgres may not have yet, with their reserve time (ms).
     pub async fn pending(&self, code: &VoucherCode) -> Result<Vec<(String, i64)>, GateError> {
         let k = self.keys(code);
-        self.bounded(|mut c| async move {
+        self.query(
             redis::cmd("ZRANGE")
                 .arg(&k.pending)
                 .arg(0)
                 .arg(-1)
-                .arg("WITHSCORES")
-                .query_async::<Vec<(String, i64)>>(&mut c)
-                .await
-        })
+                .arg("WITHSCORES"),
+        )
         .await
     }
 
@@ -394,13 +407,7 @@ impl Gate {
     ) -> Result<Option<(i64, Vec<(String, i64)>)>, GateError> {
         let k = self.keys(code);
         let reply: Vec<String> = self
-            .bounded(|mut c| async move {
-                self.actives
-                    .key(&k.remaining)
-                    .key(&k.orders)
-                    .invoke_async(&mut c)
-                    .await
-            })
+            .invoke(self.actives.key(&k.remaining).key(&k.orders))
             .await?;
         let Some((remaining, pairs)) = reply.split_first() else {
             return Err(GateError::Reply("empty".into()));
@@ -431,7 +438,7 @@ impl Gate {
     ) -> Result<bool, GateError> {
         let k = self.keys(code);
         let done: i64 = self
-            .bounded(|mut c| async move {
+            .invoke(
                 self.repair
                     .key(&k.remaining)
                     .key(&k.pending)
@@ -441,10 +448,8 @@ impl Gate {
                     .arg(from)
                     .arg(to)
                     .arg(version)
-                    .arg(active)
-                    .invoke_async(&mut c)
-                    .await
-            })
+                    .arg(active),
+            )
             .await?;
         Ok(done == 1)
     }
@@ -452,14 +457,8 @@ impl Gate {
     /// The order was written to Postgres: it is no longer pending.
     pub async fn settled(&self, code: &VoucherCode, order_id: &str) -> Result<(), GateError> {
         let k = self.keys(code);
-        self.bounded(|mut c| async move {
-            redis::cmd("ZREM")
-                .arg(&k.pending)
-                .arg(order_id)
-                .query_async::<i64>(&mut c)
-                .await
-        })
-        .await?;
+        self.query::<i64>(redis::cmd("ZREM").arg(&k.pending).arg(order_id))
+            .await?;
         Ok(())
     }
 
@@ -481,20 +480,16 @@ impl Gate {
     ) -> Result<bool, GateError> {
         let k = self.keys(code);
         let fields = meta_args(meta);
-        let loaded: i64 = self
-            .bounded(|mut c| async move {
-                let mut inv = self.load.key(&k.meta);
-                inv.key(&k.remaining)
-                    .key(&k.users)
-                    .arg(remaining)
-                    .arg(fields.len())
-                    .arg(&fields);
-                for (customer, active) in users {
-                    inv.arg(customer).arg(active);
-                }
-                inv.invoke_async(&mut c).await
-            })
-            .await?;
+        let mut inv = self.load.key(&k.meta);
+        inv.key(&k.remaining)
+            .key(&k.users)
+            .arg(remaining)
+            .arg(fields.len())
+            .arg(&fields);
+        for (customer, active) in users {
+            inv.arg(customer).arg(active);
+        }
+        let loaded: i64 = self.invoke(&inv).await?;
         Ok(loaded == 1)
     }
 
@@ -511,17 +506,15 @@ impl Gate {
         let k = self.keys(code);
         let fields = meta.map(meta_args).unwrap_or_default();
         let reply: String = self
-            .bounded(|mut c| async move {
+            .invoke(
                 self.patch
                     .key(&k.meta)
                     .key(&k.remaining)
                     .key(&k.loading)
                     .arg(token)
                     .arg(delta)
-                    .arg(&fields)
-                    .invoke_async(&mut c)
-                    .await
-            })
+                    .arg(&fields),
+            )
             .await?;
         match reply.as_str() {
             "APPLIED" => Ok(Patched::Applied),
@@ -538,15 +531,13 @@ impl Gate {
         let k = self.keys(code);
         let fields = meta_args(meta);
         let wrote: i64 = self
-            .bounded(|mut c| async move {
+            .invoke(
                 self.sync
                     .key(&k.meta)
                     .key(&k.loading)
                     .arg(meta.version)
-                    .arg(&fields)
-                    .invoke_async(&mut c)
-                    .await
-            })
+                    .arg(&fields),
+            )
             .await?;
         Ok(wrote == 1)
     }
@@ -554,24 +545,12 @@ impl Gate {
     /// Is the gate lock (`loading`) held by anyone?
     pub async fn is_locked(&self, code: &VoucherCode) -> Result<bool, GateError> {
         let k = self.keys(code);
-        self.bounded(|mut c| async move {
-            redis::cmd("EXISTS")
-                .arg(&k.loading)
-                .query_async::<bool>(&mut c)
-                .await
-        })
-        .await
+        self.query(redis::cmd("EXISTS").arg(&k.loading)).await
     }
 
     pub async fn is_loaded(&self, code: &VoucherCode) -> Result<bool, GateError> {
         let k = self.keys(code);
-        self.bounded(|mut c| async move {
-            redis::cmd("EXISTS")
-                .arg(&k.meta)
-                .query_async::<bool>(&mut c)
-                .await
-        })
-        .await
+        self.query(redis::cmd("EXISTS").arg(&k.meta)).await
     }
 
     /// `SET loading token NX PX ttl`: true when this caller may load the voucher.
@@ -583,16 +562,14 @@ impl Gate {
     ) -> Result<bool, GateError> {
         let k = self.keys(code);
         let set: Option<String> = self
-            .bounded(|mut c| async move {
+            .query(
                 redis::cmd("SET")
                     .arg(&k.loading)
                     .arg(token)
                     .arg("NX")
                     .arg("PX")
-                    .arg(ttl.as_millis() as u64)
-                    .query_async(&mut c)
-                    .await
-            })
+                    .arg(ttl.as_millis() as u64),
+            )
             .await?;
         Ok(set.is_some())
     }
@@ -602,34 +579,18 @@ impl Gate {
     /// deleted the lock.
     pub async fn unlock_loading(&self, code: &VoucherCode, token: &str) -> Result<bool, GateError> {
         let k = self.keys(code);
-        let deleted: i64 = self
-            .bounded(|mut c| async move {
-                self.unlock
-                    .key(&k.loading)
-                    .arg(token)
-                    .invoke_async(&mut c)
-                    .await
-            })
-            .await?;
+        let deleted: i64 = self.invoke(self.unlock.key(&k.loading).arg(token)).await?;
         Ok(deleted == 1)
     }
 
     /// Uses left according to the gate (None: not loaded).
     pub async fn remaining(&self, code: &VoucherCode) -> Result<Option<i64>, GateError> {
         let k = self.keys(code);
-        self.bounded(|mut c| async move {
-            redis::cmd("GET")
-                .arg(&k.remaining)
-                .query_async::<Option<i64>>(&mut c)
-                .await
-        })
-        .await
+        self.query(redis::cmd("GET").arg(&k.remaining)).await
     }
 
     pub async fn ping(&self) -> bool {
-        self.bounded(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await })
-            .await
-            .is_ok()
+        self.query::<String>(&redis::cmd("PING")).await.is_ok()
     }
 }
 
