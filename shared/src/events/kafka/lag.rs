@@ -1,0 +1,57 @@
+//! Events in flight for a voucher: its partition's high watermark less the consumer group's
+//! committed offset there, plus what this process has produced and not yet had acknowledged.
+
+use std::time::Duration;
+
+use rdkafka::consumer::Consumer as _;
+use rdkafka::producer::Producer as _;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::client::blocking;
+use super::{kafka, Kafka, BROKER};
+use crate::domain::VoucherCode;
+use crate::events::{bounded, EventError};
+
+impl Kafka {
+    /// Records of `code`'s partition not yet committed by the consumer group, plus records this
+    /// process has produced that the brokers have not acknowledged.
+    pub(super) async fn lag(&self, code: &VoucherCode) -> Result<u64, EventError> {
+        let partition = self.partition_of(code.as_str()).await?;
+        let unacknowledged = match self.producer.lock().expect("producer lock").as_ref() {
+            Some(producer) => producer.in_flight_count().max(0) as u64,
+            None => 0,
+        };
+        let (observer, topic, timeout) = (
+            self.observer.clone(),
+            self.settings.topic.clone(),
+            self.timeout,
+        );
+        let lag = bounded(
+            BROKER,
+            self.timeout,
+            blocking(move || {
+                // Serves a pending token refresh (IAM auth): this client is never polled else.
+                let _ = observer.poll(Duration::ZERO);
+                let (low, high) = observer
+                    .fetch_watermarks(&topic, partition, timeout)
+                    .map_err(kafka("ListOffsets"))?;
+                let mut wanted = TopicPartitionList::new();
+                wanted.add_partition(&topic, partition);
+                let committed = observer
+                    .committed_offsets(wanted, timeout)
+                    .map_err(kafka("OffsetFetch"))?;
+                let committed = committed
+                    .find_partition(&topic, partition)
+                    .and_then(|p| match p.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    })
+                    // Nothing committed yet: the group starts from the earliest record.
+                    .unwrap_or(low);
+                Ok((high - committed.max(low)).max(0) as u64)
+            }),
+        )
+        .await?;
+        Ok(lag + unacknowledged)
+    }
+}

@@ -1,0 +1,229 @@
+//! The Lua scripts' replies, parsed: a reply that is not what the script answers is a
+//! [`GateError::Reply`], never a default.
+
+use super::{GateError, GateReply, Lookup, OrderEntry, Patched, Removed};
+use crate::domain::{Held, ReserveOutcome};
+
+fn num(s: &str) -> Result<i64, GateError> {
+    s.parse()
+        .map_err(|_| GateError::Reply(format!("not a number: {s:?}")))
+}
+
+/// `reserve.lua`'s reply: `{outcome, customer, reservedMs, expiresMs, discount}`.
+pub(super) fn parse_reserve(reply: &[String]) -> Result<GateReply, GateError> {
+    let [outcome, customer, reserved, expires, discount] = reply else {
+        return Err(GateError::Reply(format!("{reply:?}")));
+    };
+    let outcome = ReserveOutcome::parse(outcome)
+        .ok_or_else(|| GateError::Reply(format!("unknown outcome {outcome:?}")))?;
+    let held = if outcome.holds() {
+        Some(Held {
+            customer_id: num(customer)?,
+            reserved_ms: num(reserved)?,
+            expires_ms: num(expires)?,
+            discount: num(discount)?,
+        })
+    } else {
+        None
+    };
+    Ok(GateReply { outcome, held })
+}
+
+/// `lookup.lua`'s reply: `{state, customer, reservedMs, expiresMs, discount, amount, uses,
+/// perUser}`.
+pub(super) fn parse_lookup(reply: &[String]) -> Result<Lookup, GateError> {
+    let [state, customer, reserved, expires, discount, amount, uses, per_user] = reply else {
+        return Err(GateError::Reply(format!("{reply:?}")));
+    };
+    let entry = match state.as_str() {
+        "" => None,
+        "A" => Some(OrderEntry::Active {
+            held: Held {
+                customer_id: num(customer)?,
+                reserved_ms: num(reserved)?,
+                expires_ms: num(expires)?,
+                discount: num(discount)?,
+            },
+            order_amount: num(amount)?,
+        }),
+        "R" if customer.is_empty() => Some(OrderEntry::Tombstone(None)),
+        "R" => Some(OrderEntry::Tombstone(Some(num(customer)?))),
+        other => return Err(GateError::Reply(format!("unknown entry state {other:?}"))),
+    };
+    let per_user = match per_user.as_str() {
+        "" => None,
+        n => Some(num(n)?),
+    };
+    Ok(Lookup {
+        entry,
+        uses: num(uses)?,
+        per_user,
+    })
+}
+
+/// `validate.lua`'s reply: `{outcome, discount}`.
+pub(super) fn parse_validate(reply: &[String]) -> Result<(ReserveOutcome, i64), GateError> {
+    let [outcome, discount] = reply else {
+        return Err(GateError::Reply(format!("{reply:?}")));
+    };
+    let outcome = ReserveOutcome::parse(outcome)
+        .ok_or_else(|| GateError::Reply(format!("unknown outcome {outcome:?}")))?;
+    Ok((outcome, num(discount)?))
+}
+
+/// `release.lua`'s reply.
+pub(super) fn parse_removed(reply: &str) -> Result<Removed, GateError> {
+    match reply {
+        "RELEASED" => Ok(Removed::Released),
+        "ALREADY" => Ok(Removed::Already),
+        "UNKNOWN" => Ok(Removed::Unknown),
+        other => Err(GateError::Reply(other.to_owned())),
+    }
+}
+
+/// `remaining`, and the orders holding a use (orderId, customer); None: not loaded.
+type Actives = Option<(i64, Vec<(String, i64)>)>;
+
+/// `actives.lua`'s reply: `{remaining, order, customer, order, customer, ...}`, `remaining`
+/// empty when the voucher is not loaded.
+pub(super) fn parse_actives(reply: &[String]) -> Result<Actives, GateError> {
+    let Some((remaining, pairs)) = reply.split_first() else {
+        return Err(GateError::Reply("empty".into()));
+    };
+    if remaining.is_empty() {
+        return Ok(None);
+    }
+    let orders = pairs
+        .chunks(2)
+        .map(|p| match p {
+            [order, customer] => Ok((order.clone(), num(customer)?)),
+            _ => Err(GateError::Reply(format!("{reply:?}"))),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Some((num(remaining)?, orders)))
+}
+
+/// `patch.lua`'s reply.
+pub(super) fn parse_patched(reply: &str) -> Result<Patched, GateError> {
+    match reply {
+        "APPLIED" => Ok(Patched::Applied),
+        "NOT_LOADED" => Ok(Patched::NotLoaded),
+        "LIMIT_BELOW_USED" => Ok(Patched::LimitBelowUsed),
+        "LOCK_LOST" => Ok(Patched::LockLost),
+        other => Err(GateError::Reply(other.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn lookup_replies_parse_or_fail_loudly() {
+        let held = Held {
+            customer_id: 42,
+            reserved_ms: 1000,
+            expires_ms: 901000,
+            discount: 5,
+        };
+        let lookup = |entry, uses, per_user| Lookup {
+            entry,
+            uses,
+            per_user,
+        };
+        assert_eq!(
+            parse_lookup(&s(&["A", "42", "1000", "901000", "5", "70000", "1", "2"])).unwrap(),
+            lookup(
+                Some(OrderEntry::Active {
+                    held,
+                    order_amount: 70000
+                }),
+                1,
+                Some(2)
+            )
+        );
+        assert_eq!(
+            parse_lookup(&s(&["R", "42", "1", "2", "3", "0", "0", "1"])).unwrap(),
+            lookup(Some(OrderEntry::Tombstone(Some(42))), 0, Some(1))
+        );
+        assert_eq!(
+            parse_lookup(&s(&["R", "", "0", "0", "0", "0", "0", "1"])).unwrap(),
+            lookup(Some(OrderEntry::Tombstone(None)), 0, Some(1))
+        );
+        assert_eq!(
+            parse_lookup(&s(&["", "", "0", "0", "0", "0", "2", ""])).unwrap(),
+            lookup(None, 2, None)
+        );
+        assert!(parse_lookup(&s(&["X", "1", "0", "0", "0", "0", "0", "1"])).is_err());
+        assert!(parse_lookup(&s(&["A", "1"])).is_err());
+    }
+
+    #[test]
+    fn reserve_replies_parse_or_fail_loudly() {
+        assert_eq!(
+            parse_reserve(&s(&["RESERVED", "7", "10", "20", "30"])).unwrap(),
+            GateReply {
+                outcome: ReserveOutcome::Reserved,
+                held: Some(Held {
+                    customer_id: 7,
+                    reserved_ms: 10,
+                    expires_ms: 20,
+                    discount: 30
+                })
+            }
+        );
+        assert_eq!(
+            parse_reserve(&s(&["OUT_OF_STOCK", "", "0", "0", "0"])).unwrap(),
+            GateReply {
+                outcome: ReserveOutcome::OutOfStock,
+                held: None
+            }
+        );
+        assert!(parse_reserve(&s(&["RESERVED"])).is_err());
+        assert!(parse_reserve(&s(&["DUPLICATE", "", "0", "0", "0"])).is_err());
+    }
+
+    #[test]
+    fn validate_replies_parse_or_fail_loudly() {
+        assert_eq!(
+            parse_validate(&s(&["ELIGIBLE", "500"])).unwrap(),
+            (ReserveOutcome::Eligible, 500)
+        );
+        assert!(parse_validate(&s(&["ELIGIBLE"])).is_err());
+        assert!(parse_validate(&s(&["NOPE", "0"])).is_err());
+        assert!(parse_validate(&s(&["ELIGIBLE", "x"])).is_err());
+    }
+
+    #[test]
+    fn release_and_patch_replies_parse_or_fail_loudly() {
+        assert_eq!(parse_removed("RELEASED").unwrap(), Removed::Released);
+        assert_eq!(parse_removed("ALREADY").unwrap(), Removed::Already);
+        assert_eq!(parse_removed("UNKNOWN").unwrap(), Removed::Unknown);
+        assert!(parse_removed("").is_err());
+        assert_eq!(parse_patched("APPLIED").unwrap(), Patched::Applied);
+        assert_eq!(parse_patched("NOT_LOADED").unwrap(), Patched::NotLoaded);
+        assert_eq!(
+            parse_patched("LIMIT_BELOW_USED").unwrap(),
+            Patched::LimitBelowUsed
+        );
+        assert_eq!(parse_patched("LOCK_LOST").unwrap(), Patched::LockLost);
+        assert!(parse_patched("RELEASED").is_err());
+    }
+
+    #[test]
+    fn actives_replies_parse_or_fail_loudly() {
+        assert_eq!(parse_actives(&s(&[""])).unwrap(), None);
+        assert_eq!(parse_actives(&s(&["3"])).unwrap(), Some((3, vec![])));
+        assert_eq!(
+            parse_actives(&s(&["1", "o-1", "7", "o-2", "8"])).unwrap(),
+            Some((1, vec![("o-1".to_owned(), 7), ("o-2".to_owned(), 8)]))
+        );
+        assert!(parse_actives(&[]).is_err());
+        assert!(parse_actives(&s(&["1", "o-1"])).is_err());
+        assert!(parse_actives(&s(&["1", "o-1", "x"])).is_err());
+    }
+}
