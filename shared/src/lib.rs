@@ -13,7 +13,7 @@
 //! - [`store`]: Postgres, the source of truth. The pool, migrations and every SQL statement;
 //!   status changes all go through `Store::merge` (the SQL function `fg_merge`).
 //! - [`gate`]: the Redis gate of flash-sale vouchers (Lua scripts in `lua/`, keys built only in
-//!   `gate::keys`).
+//!   `gate::keys`, the voucher's rules as the scripts read them in `gate::GateMeta`).
 //! - [`events`]: mode B's `voucher-reserved` events, on SQS or Kafka, and the `Sink` that
 //!   receives them.
 //! - [`reservations`]: the service every route calls (create and read vouchers, reserve,
