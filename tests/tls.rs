@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use harness::{wait_for, TestApp};
 
@@ -164,15 +164,7 @@ async fn start_tls_redis(dir: &Path, port: u16) -> Server {
 
 /// What the service's `/health` says of Redis: "up" or "down".
 async fn redis_health(app: &TestApp) -> String {
-    let health: Value = app
-        .http
-        .get(app.url("/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, health) = app.health().await;
     health["redis"].as_str().unwrap_or_default().to_owned()
 }
 

@@ -52,7 +52,7 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::{self, error_of, Mode, TestApp};
+use crate::harness::{self, error_of, path, Mode, TestApp};
 
 /// Fires every request at once (all tasks wait on one barrier) and returns the answers in
 /// request order.
@@ -226,7 +226,7 @@ async fn eligibility_and_not_found_answers(mode: Mode) {
         (status, error_of(&body).as_str()),
         (StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND")
     );
-    let (status, body) = app.json("GET", "/vouchers/NOPE", None).await;
+    let (status, body) = app.get_voucher("NOPE").await;
     assert_eq!(
         (status, body["error"].as_str().unwrap()),
         (StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND")
@@ -234,13 +234,12 @@ async fn eligibility_and_not_found_answers(mode: Mode) {
     // In mode B an order neither Postgres nor the gate knows may still be on its way while
     // events of its voucher are in flight (503, Retry-After); it is not found once they landed.
     app.settle("BIG").await;
-    for (method, path) in [
-        ("GET", "/vouchers/BIG/reservations/missing"),
-        ("POST", "/vouchers/BIG/reservations/missing/confirm"),
-        ("DELETE", "/vouchers/BIG/reservations/missing"),
+    for (route, (status, body)) in [
+        ("get", app.get_reservation("BIG", "missing").await),
+        ("confirm", app.confirm("BIG", "missing").await),
+        ("release", app.release("BIG", "missing").await),
     ] {
-        let (status, body) = app.json(method, path, None).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}");
+        assert_eq!(status, StatusCode::NOT_FOUND, "{route}");
         assert_eq!(body["error"], "RESERVATION_NOT_FOUND");
     }
 
@@ -255,13 +254,9 @@ async fn eligibility_and_not_found_answers(mode: Mode) {
     );
     assert_eq!(app.view("sUmMeR-sAlE").await["usedCount"], 1);
     let (status, body) = app
-        .json(
-            "POST",
-            "/vouchers",
-            Some(
-                json!({"code": "summer-SALE", "discountAmount": 1, "totalLimit": 1,
-              "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"}),
-            ),
+        .create_voucher(
+            json!({"code": "summer-SALE", "discountAmount": 1, "totalLimit": 1,
+                   "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"}),
         )
         .await;
     assert_eq!(
@@ -286,10 +281,8 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent(mode: Mo
     );
 
     for _ in 0..2 {
-        let (status, body) = app
-            .call("DELETE", "/vouchers/ONE/reservations/o1", None)
-            .await;
-        assert_eq!((status, body.as_str()), (StatusCode::NO_CONTENT, ""));
+        let (status, body) = app.release("ONE", "o1").await;
+        assert_eq!((status, body), (StatusCode::NO_CONTENT, Value::Null));
     }
     let view = app.view("ONE").await;
     assert_eq!(
@@ -301,9 +294,7 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent(mode: Mo
         (status, error_of(&body).as_str()),
         (StatusCode::CONFLICT, "RESERVATION_RELEASED")
     );
-    let (status, body) = app
-        .json("POST", "/vouchers/ONE/reservations/o1/confirm", None)
-        .await;
+    let (status, body) = app.confirm("ONE", "o1").await;
     assert_eq!(
         (status, body["error"].as_str().unwrap()),
         (StatusCode::CONFLICT, "RESERVATION_RELEASED")
@@ -311,17 +302,12 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent(mode: Mo
 
     // The same customer comes back with a new orderId.
     assert_eq!(app.reserve("ONE", 1, "o2", 10).await.0, StatusCode::CREATED);
-    let first = app
-        .call("POST", "/vouchers/ONE/reservations/o2/confirm", None)
-        .await;
-    let second = app
-        .call("POST", "/vouchers/ONE/reservations/o2/confirm", None)
-        .await;
+    let first = app.confirm("ONE", "o2").await;
+    let second = app.confirm("ONE", "o2").await;
     assert_eq!(first, second);
     assert_eq!(first.0, StatusCode::OK);
-    let body: Value = serde_json::from_str(&first.1).unwrap();
     assert_eq!(
-        body,
+        first.1,
         json!({"orderId": "o2", "status": "CONFIRMED", "discountAmount": 100_000})
     );
     let view = app.view("ONE").await;
@@ -334,13 +320,8 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent(mode: Mo
     );
 
     // Cancelled after payment: DELETE of a CONFIRMED reservation releases it.
-    assert_eq!(
-        app.call("DELETE", "/vouchers/ONE/reservations/o2", None)
-            .await
-            .0,
-        StatusCode::NO_CONTENT
-    );
-    let (_, r) = app.json("GET", "/vouchers/ONE/reservations/o2", None).await;
+    assert_eq!(app.release("ONE", "o2").await.0, StatusCode::NO_CONTENT);
+    let (_, r) = app.get_reservation("ONE", "o2").await;
     assert_eq!(r["status"], "RELEASED");
     let counts = app.counts("ONE").await;
     assert_eq!(
@@ -372,14 +353,10 @@ async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed(mode: Mo
     let reserved: Value = serde_json::from_str(&body).unwrap();
     // A fixed wait on purpose: the clock passing the 1 s TTL is what this test is about.
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    let (_, view) = app
-        .json("GET", "/vouchers/SHORT/reservations/o1", None)
-        .await;
+    let (_, view) = app.get_reservation("SHORT", "o1").await;
     assert_eq!(view["status"], "RESERVED");
     assert_eq!(view["expiresAt"], reserved["expiresAt"]);
-    let (status, body) = app
-        .json("POST", "/vouchers/SHORT/reservations/o1/confirm", None)
-        .await;
+    let (status, body) = app.confirm("SHORT", "o1").await;
     assert_eq!(
         (status, body["status"].as_str().unwrap()),
         (StatusCode::OK, "CONFIRMED")
@@ -824,10 +801,10 @@ async fn postgres_refuses_what_would_over_allocate() {
 #[tokio::test]
 async fn health_reports_its_dependencies() {
     let app = TestApp::spawn().await;
-    let (status, body) = app.json("GET", "/health", None).await;
+    let (status, body) = app.health().await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["postgres"], "up");
-    let (status, body) = app.json("GET", "/health/live", None).await;
+    let (status, body) = app.live().await;
     assert_eq!(
         (status, body["status"].as_str()),
         (StatusCode::OK, Some("ok"))
@@ -837,13 +814,18 @@ async fn health_reports_its_dependencies() {
     let dead =
         harness::serve_with(&[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")]).await;
     let started = std::time::Instant::now();
-    let resp = app.http.get(format!("{dead}/health")).send().await.unwrap();
+    let resp = app
+        .http
+        .get(format!("{dead}{}", path::health()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["postgres"], "down");
     let resp = app
         .http
-        .post(format!("{dead}/vouchers/ANY/reservations"))
+        .post(format!("{dead}{}", path::reservations("ANY")))
         .body(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#)
         .send()
         .await

@@ -13,7 +13,7 @@ use shared::config::RedisSettings;
 use shared::domain::{Discount, GateMeta, Held, ReserveOutcome, VoucherCode};
 use shared::gate::{Gate, GateReply, Removal, Removed};
 
-use crate::harness::{self, cluster_url, error_of, redis_url, TestApp};
+use crate::harness::{self, cluster_url, error_of, path, redis_url, TestApp};
 
 async fn every_script_outcome(gate: Gate) {
     let code = VoucherCode::parse(&format!(
@@ -232,7 +232,7 @@ async fn reserve_and_release_over_http_on_a_redis_cluster() {
     }
     assert_eq!(created, 10);
     // Release one winner and take its use again.
-    let (_, r) = app.json("GET", "/vouchers/CLUSTERED", None).await;
+    let (_, r) = app.get_voucher("CLUSTERED").await;
     assert_eq!(r["usedCount"], 10);
     let won: i64 = app
         .db
@@ -243,13 +243,7 @@ async fn reserve_and_release_over_http_on_a_redis_cluster() {
         .await
         .unwrap()
         .get(0);
-    let (status, _) = app
-        .call(
-            "DELETE",
-            &format!("/vouchers/CLUSTERED/reservations/o{won}"),
-            None,
-        )
-        .await;
+    let (status, _) = app.release("CLUSTERED", &format!("o{won}")).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(
         app.reserve("CLUSTERED", 1000, "late", 10).await.0,
@@ -276,7 +270,7 @@ async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
     let started = Instant::now();
     let resp = app
         .http
-        .post(app.url("/vouchers/FLASHY/reservations"))
+        .post(app.url(&path::reservations("FLASHY")))
         .body(r#"{"customerId":2,"orderId":"o2","orderAmount":10}"#)
         .send()
         .await
@@ -291,7 +285,7 @@ async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
         app.reserve("PLAIN", 2, "o2", 10).await.0,
         StatusCode::CREATED
     );
-    let (status, health) = app.json("GET", "/health", None).await;
+    let (status, health) = app.health().await;
     assert_eq!(
         (status, health["redis"].as_str()),
         (StatusCode::OK, Some("down"))
@@ -323,7 +317,7 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
     let started = Instant::now();
     let resp = app
         .http
-        .post(format!("{other}/vouchers/FLASHY/reservations"))
+        .post(format!("{other}{}", path::reservations("FLASHY")))
         .body(r#"{"customerId":2,"orderId":"o2","orderAmount":10}"#)
         .send()
         .await
@@ -359,7 +353,7 @@ async fn postgres_down_in_mode_a_answers_503_and_gives_the_use_back() {
         Some(4),
         "the use went back to the gate"
     );
-    let (status, _) = app.json("GET", "/health", None).await;
+    let (status, _) = app.health().await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 
     app.pg_proxy().set_up(true);
@@ -484,22 +478,22 @@ async fn warm_up_loads_what_postgres_has_left_never_the_total() {
         None,
         "a sale hours away is not loaded at creation"
     );
-    let (status, body) = app.json("POST", "/vouchers/later/warmup", None).await;
+    let (status, body) = app.warmup("later").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
         body,
         json!({"code": "LATER", "loadedNow": true, "remaining": 10})
     );
-    let (_, body) = app.json("POST", "/vouchers/LATER/warmup", None).await;
+    let (_, body) = app.warmup("LATER").await;
     assert_eq!(body["loadedNow"], false);
 
     app.voucher("PLAIN", 10, json!({})).await;
-    let (status, body) = app.json("POST", "/vouchers/PLAIN/warmup", None).await;
+    let (status, body) = app.warmup("PLAIN").await;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::BAD_REQUEST, Some("INVALID_REQUEST"))
     );
-    let (status, body) = app.json("POST", "/vouchers/NOPE/warmup", None).await;
+    let (status, body) = app.warmup("NOPE").await;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::NOT_FOUND, Some("VOUCHER_NOT_FOUND"))

@@ -291,13 +291,9 @@ async fn a_warm_up_waits_only_for_events_of_its_own_partition() {
 
     // Redis restarts empty: the idle voucher loads at once, the busy one waits for its events.
     app.flush_gate().await;
-    let (status, body) = app
-        .json("POST", &format!("/vouchers/{idle}/warmup"), None)
-        .await;
+    let (status, body) = app.warmup(&idle).await;
     assert_eq!((status, &body["remaining"]), (StatusCode::OK, &json!(10)));
-    let (status, body) = app
-        .json("POST", &format!("/vouchers/{busy}/warmup"), None)
-        .await;
+    let (status, body) = app.warmup(&busy).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(
         app.reserve(&busy, 9, "late", 10).await.0,
@@ -311,9 +307,7 @@ async fn a_warm_up_waits_only_for_events_of_its_own_partition() {
         async || in_flight(&app, &busy).await == 0,
     )
     .await;
-    let (status, body) = app
-        .json("POST", &format!("/vouchers/{busy}/warmup"), None)
-        .await;
+    let (status, body) = app.warmup(&busy).await;
     assert_eq!((status, &body["remaining"]), (StatusCode::OK, &json!(7)));
 }
 
@@ -334,7 +328,7 @@ async fn redis_emptied_with_events_on_kafka_never_over_allocates_and_counts_revo
     }
     app.flush_gate().await;
     // Loading now would count the 100 in flight twice: warm-up waits for them.
-    let (status, body) = app.json("POST", "/vouchers/KLOST/warmup", None).await;
+    let (status, body) = app.warmup("KLOST").await;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::SERVICE_UNAVAILABLE, Some("UNAVAILABLE"))

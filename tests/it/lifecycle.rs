@@ -48,17 +48,6 @@ async fn spawn(flash: bool) -> Arc<TestApp> {
     )
 }
 
-async fn patch(app: &TestApp, code: &str, body: Value) -> (StatusCode, Value) {
-    app.json("PATCH", &format!("/vouchers/{code}"), Some(body))
-        .await
-}
-
-async fn validate(app: &TestApp, code: &str, customer: i64, amount: i64) -> (StatusCode, Value) {
-    let body = json!({"customerId": customer, "orderAmount": amount});
-    app.json("POST", &format!("/vouchers/{code}/validations"), Some(body))
-        .await
-}
-
 /// Reserves for customers `from..to` (one order each) all at once; the number granted.
 async fn reserve_many(app: &Arc<TestApp>, code: &str, from: i64, to: i64) -> usize {
     granted(app, code, from, to).await.len()
@@ -110,7 +99,7 @@ async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_
         tokio::spawn(async move { reserve_many(&app, "LIMITS", 1, 101).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    let (status, body) = patch(&app, "LIMITS", json!({"totalLimit": 80})).await;
+    let (status, body) = app.patch_voucher("LIMITS", json!({"totalLimit": 80})).await;
     let granted = reserves.await.unwrap() as i64;
     let limit = match status {
         StatusCode::OK => {
@@ -127,7 +116,9 @@ async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_
     assert_counts(&app, "LIMITS", flash, limit, granted).await;
 
     // Raised by 20 mid-sale: 30 customers more than there are uses left get exactly those.
-    let (status, body) = patch(&app, "LIMITS", json!({"totalLimit": limit + 20})).await;
+    let (status, body) = app
+        .patch_voucher("LIMITS", json!({"totalLimit": limit + 20}))
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["remaining"], limit + 20 - granted);
     let more = self::granted(&app, "LIMITS", 1_000, 1_030 + limit + 20 - granted).await;
@@ -136,13 +127,7 @@ async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_
 
     // Uses given back by a release go to a slot that still has room: the caps still sum to the
     // limit and every use is reachable.
-    let (status, _) = app
-        .call(
-            "DELETE",
-            &format!("/vouchers/LIMITS/reservations/{}", more[0]),
-            None,
-        )
-        .await;
+    let (status, _) = app.release("LIMITS", &more[0]).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(reserve_many(&app, "LIMITS", 2_000, 2_005).await, 1);
     assert_counts(&app, "LIMITS", flash, limit + 20, limit + 20).await;
@@ -153,7 +138,9 @@ async fn a_limit_below_the_uses_held_is_refused_and_changes_nothing(flash: bool)
     app.voucher("HELD", 10, json!({})).await;
     assert_eq!(reserve_many(&app, "HELD", 1, 6).await, 5);
     let before = app.snapshot().await;
-    let (status, body) = patch(&app, "HELD", json!({"totalLimit": 4, "active": false})).await;
+    let (status, body) = app
+        .patch_voucher("HELD", json!({"totalLimit": 4, "active": false}))
+        .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["error"], "LIMIT_BELOW_USED");
     assert!(body["message"].as_str().unwrap().contains("totalLimit"));
@@ -163,7 +150,7 @@ async fn a_limit_below_the_uses_held_is_refused_and_changes_nothing(flash: bool)
         assert_eq!(app.gate_meta("HELD", "active").await.as_deref(), Some("1"));
     }
     // Exactly the uses held is allowed: sold out at once.
-    let (status, body) = patch(&app, "HELD", json!({"totalLimit": 5})).await;
+    let (status, body) = app.patch_voucher("HELD", json!({"totalLimit": 5})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_counts(&app, "HELD", flash, 5, 5).await;
     assert_eq!(reserve_many(&app, "HELD", 10, 12).await, 0);
@@ -176,22 +163,17 @@ async fn a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working(flash:
     app.reserve("PAUSE", 1, "b", 1_000).await;
     app.reserve("PAUSE", 1, "c", 1_000).await;
 
-    let (status, view) = patch(&app, "PAUSE", json!({"active": false})).await;
+    let (status, view) = app.patch_voucher("PAUSE", json!({"active": false})).await;
     assert_eq!(status, StatusCode::OK, "{view}");
     assert_eq!(view["active"], false);
-    let (status, body) = app
-        .json(
-            "POST",
-            "/vouchers/PAUSE/reservations",
-            Some(json!({"customerId": 2, "orderId": "d", "orderAmount": 1_000})),
-        )
-        .await;
+    let (status, body) = app.reserve("PAUSE", 2, "d", 1_000).await;
+    let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(
         (&body["error"], &body["reason"]),
         (&json!("NOT_ELIGIBLE"), &json!("INACTIVE"))
     );
-    let (status, body) = validate(&app, "PAUSE", 2, 1_000).await;
+    let (status, body) = app.validate("PAUSE", 2, 1_000).await;
     assert_eq!(
         (status, &body["reason"]),
         (StatusCode::UNPROCESSABLE_ENTITY, &json!("INACTIVE"))
@@ -201,17 +183,13 @@ async fn a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working(flash:
         app.reserve("PAUSE", 1, "a", 1_000).await,
         (StatusCode::CREATED, first)
     );
-    let (status, _) = app
-        .call("POST", "/vouchers/PAUSE/reservations/b/confirm", None)
-        .await;
+    let (status, _) = app.confirm("PAUSE", "b").await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _) = app
-        .call("DELETE", "/vouchers/PAUSE/reservations/c", None)
-        .await;
+    let (status, _) = app.release("PAUSE", "c").await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_counts(&app, "PAUSE", flash, 10, 2).await;
 
-    let (status, view) = patch(&app, "PAUSE", json!({"active": true})).await;
+    let (status, view) = app.patch_voucher("PAUSE", json!({"active": true})).await;
     assert_eq!((status, &view["active"]), (StatusCode::OK, &json!(true)));
     assert_eq!(
         app.reserve("PAUSE", 2, "d", 1_000).await.0,
@@ -235,12 +213,12 @@ async fn a_new_discount_applies_to_new_reservations_only(flash: bool) {
         700
     );
 
-    let (status, view) = patch(
-        &app,
-        "DISC",
-        json!({"discountPercent": 10, "maxDiscountAmount": 500, "minOrderAmount": 2_000}),
-    )
-    .await;
+    let (status, view) = app
+        .patch_voucher(
+            "DISC",
+            json!({"discountPercent": 10, "maxDiscountAmount": 500, "minOrderAmount": 2_000}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{view}");
     assert!(view.get("discountAmount").is_none(), "{view}");
     assert_eq!(
@@ -261,13 +239,13 @@ async fn a_new_discount_applies_to_new_reservations_only(flash: bool) {
         app.reserve("DISC", 1, "before", 10_000).await,
         (StatusCode::CREATED, first)
     );
-    let (_, row) = app
-        .json("GET", "/vouchers/DISC/reservations/before", None)
-        .await;
+    let (_, row) = app.get_reservation("DISC", "before").await;
     assert_eq!(row["discountAmount"], 700);
 
     // Back to a fixed amount: the cap goes with the percentage.
-    let (status, view) = patch(&app, "DISC", json!({"discountAmount": 50})).await;
+    let (status, view) = app
+        .patch_voucher("DISC", json!({"discountAmount": 50}))
+        .await;
     assert_eq!(status, StatusCode::OK, "{view}");
     assert_eq!(view["discountAmount"], 50);
     assert!(view.get("discountPercent").is_none() && view.get("maxDiscountAmount").is_none());
@@ -314,7 +292,7 @@ async fn percentages_round_down_and_stop_at_the_cap(flash: bool) {
         ("BIG", 999_999_999_999_901, 989_999_999_999_901),
     ];
     for (i, (code, amount, discount)) in cases.into_iter().enumerate() {
-        let (status, v) = validate(&app, code, 1, amount).await;
+        let (status, v) = app.validate(code, 1, amount).await;
         assert_eq!(
             (status, &v["discountAmount"]),
             (StatusCode::OK, &json!(discount)),
@@ -353,7 +331,7 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
     );
     let before = (app.snapshot().await, app.gate_remaining("VAL").await);
 
-    let (status, body) = validate(&app, "VAL", 2, 1_000).await;
+    let (status, body) = app.validate("VAL", 2, 1_000).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body, json!({"eligible": true, "discountAmount": 300}));
     let refused = |status: StatusCode, error: &str, reason: Option<&str>| {
@@ -367,11 +345,11 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
         )
     };
     assert_eq!(
-        answer(validate(&app, "VAL", 1, 1_000).await),
+        answer(app.validate("VAL", 1, 1_000).await),
         refused(StatusCode::CONFLICT, "ALREADY_USED", None)
     );
     assert_eq!(
-        answer(validate(&app, "VAL", 2, 499).await),
+        answer(app.validate("VAL", 2, 499).await),
         refused(
             StatusCode::UNPROCESSABLE_ENTITY,
             "NOT_ELIGIBLE",
@@ -379,7 +357,7 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
         )
     );
     assert_eq!(
-        answer(validate(&app, "LATER", 2, 1_000).await),
+        answer(app.validate("LATER", 2, 1_000).await),
         refused(
             StatusCode::UNPROCESSABLE_ENTITY,
             "NOT_ELIGIBLE",
@@ -387,12 +365,12 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
         )
     );
     assert_eq!(
-        answer(validate(&app, "NOPE", 2, 1_000).await),
+        answer(app.validate("NOPE", 2, 1_000).await),
         refused(StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND", None)
     );
     // A thousand validations take nothing.
     for c in 0..1_000 {
-        assert_eq!(validate(&app, "VAL", 10 + c, 1_000).await.0, StatusCode::OK);
+        assert_eq!(app.validate("VAL", 10 + c, 1_000).await.0, StatusCode::OK);
     }
     assert_eq!(
         (app.snapshot().await, app.gate_remaining("VAL").await),
@@ -405,7 +383,7 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
         StatusCode::CREATED
     );
     assert_eq!(
-        answer(validate(&app, "VAL", 3, 1_000).await),
+        answer(app.validate("VAL", 3, 1_000).await),
         refused(StatusCode::CONFLICT, "OUT_OF_STOCK", None)
     );
 }
@@ -427,12 +405,7 @@ async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flas
         assert_eq!(t.await.unwrap(), StatusCode::CREATED);
     }
     for i in (0..1_000).step_by(10) {
-        app.call(
-            "POST",
-            &format!("/vouchers/LIST/reservations/{}/confirm", order(i)),
-            None,
-        )
-        .await;
+        app.confirm("LIST", &order(i)).await;
     }
 
     // New reservations land between the pages, before and after the cursor.
@@ -452,11 +425,11 @@ async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flas
     let mut after: Option<String> = None;
     let mut pages = 0;
     loop {
-        let path = match &after {
-            None => "/vouchers/LIST/reservations?limit=37".to_owned(),
-            Some(c) => format!("/vouchers/LIST/reservations?limit=37&after={c}"),
+        let query = match &after {
+            None => vec![("limit", "37")],
+            Some(c) => vec![("limit", "37"), ("after", c.as_str())],
         };
-        let (status, page) = app.json("GET", &path, None).await;
+        let (status, page) = app.list_reservations("LIST", &query).await;
         assert_eq!(status, StatusCode::OK, "{page}");
         pages += 1;
         let items = page["items"].as_array().unwrap();
@@ -480,11 +453,7 @@ async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flas
 
     // Filters: by status and by customer, with every field of an item.
     let (_, page) = app
-        .json(
-            "GET",
-            "/vouchers/LIST/reservations?status=CONFIRMED&limit=100",
-            None,
-        )
+        .list_reservations("LIST", &[("status", "CONFIRMED"), ("limit", "100")])
         .await;
     let items = page["items"].as_array().unwrap();
     assert_eq!(items.len(), 100);
@@ -507,36 +476,30 @@ async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flas
         "{item}"
     );
     let (_, page) = app
-        .json(
-            "GET",
-            "/vouchers/LIST/reservations?customerId=3&limit=100",
-            None,
-        )
+        .list_reservations("LIST", &[("customerId", "3"), ("limit", "100")])
         .await;
     let mut of_three = page["items"].as_array().unwrap().len();
     let mut next = page["next"].as_str().map(str::to_owned);
     while let Some(c) = next {
         let (_, page) = app
-            .json(
-                "GET",
-                &format!("/vouchers/LIST/reservations?customerId=3&limit=100&after={c}"),
-                None,
+            .list_reservations(
+                "LIST",
+                &[("customerId", "3"), ("limit", "100"), ("after", &c)],
             )
             .await;
         of_three += page["items"].as_array().unwrap().len();
         next = page["next"].as_str().map(str::to_owned);
     }
     assert_eq!(of_three, (0..1_000).filter(|i| 1 + i % 7 == 3).count());
-    app.call("DELETE", "/vouchers/LIST/reservations/ord-0001", None)
-        .await;
+    app.release("LIST", "ord-0001").await;
     let (_, page) = app
-        .json("GET", "/vouchers/LIST/reservations?status=RELEASED", None)
+        .list_reservations("LIST", &[("status", "RELEASED")])
         .await;
     assert_eq!(page["items"][0]["releaseReason"], "CANCELLED");
     assert_eq!(page["items"].as_array().unwrap().len(), 1);
 
     // The vouchers, one per page.
-    let (_, first) = app.json("GET", "/vouchers?limit=2", None).await;
+    let (_, first) = app.list_vouchers(&[("limit", "2")]).await;
     let codes: Vec<&str> = first["items"]
         .as_array()
         .unwrap()
@@ -546,12 +509,10 @@ async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flas
     assert_eq!(codes, ["LIST", "LIST2"]);
     assert_eq!(first["items"][0]["usedCount"], 1_299);
     let next = first["next"].as_str().unwrap();
-    let (_, last) = app
-        .json("GET", &format!("/vouchers?limit=2&after={next}"), None)
-        .await;
+    let (_, last) = app.list_vouchers(&[("limit", "2"), ("after", next)]).await;
     assert_eq!(last["items"][0]["code"], "LIST3");
     assert!(last["next"].is_null());
-    let (status, empty) = app.json("GET", "/vouchers/LIST3/reservations", None).await;
+    let (status, empty) = app.list_reservations("LIST3", &[]).await;
     assert_eq!(
         (status, empty),
         (StatusCode::OK, json!({"items": [], "next": null}))
@@ -827,17 +788,11 @@ async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_no
     assert_eq!(app.snapshot().await, before, "nothing written");
     app.voucher("BAD2", 1, json!({})).await;
     let before = app.snapshot().await;
-    let (_, page) = app.json("GET", "/vouchers?limit=1", None).await;
+    let (_, page) = app.list_vouchers(&[("limit", "1")]).await;
     let cursor = page["next"].as_str().expect("two vouchers, one per page");
-    let (status, body) = app
-        .call(
-            "GET",
-            &format!("/vouchers/BAD/reservations?after={cursor}"),
-            None,
-        )
-        .await;
+    let (status, body) = app.list_reservations("BAD", &[("after", cursor)]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(body.contains("after"), "{body}");
+    assert!(body.to_string().contains("after"), "{body}");
     assert_eq!(app.snapshot().await, before, "nothing written");
 }
 
@@ -863,7 +818,7 @@ async fn a_lower_limit_counts_the_uses_still_on_their_way_to_the_database() {
     );
 
     let before = app.snapshot().await;
-    let (status, body) = patch(&app, "FLYING", json!({"totalLimit": 1})).await;
+    let (status, body) = app.patch_voucher("FLYING", json!({"totalLimit": 1})).await;
     assert_eq!(
         (status, &body["error"]),
         (StatusCode::CONFLICT, &json!("LIMIT_BELOW_USED")),
@@ -875,7 +830,7 @@ async fn a_lower_limit_counts_the_uses_still_on_their_way_to_the_database() {
         Some(1),
         "the gate kept its count"
     );
-    let (status, body) = patch(&app, "FLYING", json!({"totalLimit": 2})).await;
+    let (status, body) = app.patch_voucher("FLYING", json!({"totalLimit": 2})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(app.gate_remaining("FLYING").await, Some(0));
     assert_eq!(
@@ -899,7 +854,9 @@ async fn a_flash_voucher_does_not_change_while_its_gate_is_unreachable() {
     app.voucher("DARK", 5, json!({})).await;
     let before = app.snapshot().await;
     app.redis_proxy().set_up(false);
-    let (status, body) = patch(&app, "DARK", json!({"totalLimit": 1, "active": false})).await;
+    let (status, body) = app
+        .patch_voucher("DARK", json!({"totalLimit": 1, "active": false}))
+        .await;
     assert_eq!(
         (status, &body["error"]),
         (StatusCode::SERVICE_UNAVAILABLE, &json!("UNAVAILABLE")),
@@ -917,7 +874,7 @@ async fn a_flash_voucher_does_not_change_while_its_gate_is_unreachable() {
 async fn the_sweep_brings_the_gates_rules_to_the_databases() {
     let app = spawn(true).await;
     app.voucher("SYNC", 5, json!({})).await;
-    let (status, _) = patch(&app, "SYNC", json!({"perUserLimit": 3})).await;
+    let (status, _) = app.patch_voucher("SYNC", json!({"perUserLimit": 3})).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         app.gate_meta("SYNC", "per_user").await.as_deref(),

@@ -137,8 +137,7 @@ async fn run(
                 }
             }
             Op::Confirm(order) => {
-                let path = format!("/vouchers/{code}/reservations/{}/confirm", order_id(order));
-                let (status, body) = app.call("POST", &path, None).await;
+                let (status, body) = app.confirm(code, &order_id(order)).await;
                 let expected = match r.rows.get(&order).map(|x| x.1) {
                     None => StatusCode::NOT_FOUND,
                     Some(St::Released) => StatusCode::CONFLICT,
@@ -150,8 +149,7 @@ async fn run(
                 }
             }
             Op::Release(order) => {
-                let path = format!("/vouchers/{code}/reservations/{}", order_id(order));
-                let (status, body) = app.call("DELETE", &path, None).await;
+                let (status, body) = app.release(code, &order_id(order)).await;
                 let expected = match r.rows.get_mut(&order) {
                     None => StatusCode::NOT_FOUND,
                     Some(row) => {
@@ -176,13 +174,7 @@ async fn run(
                 }
             }
             Op::SetLimit(n) => {
-                let (status, body) = app
-                    .json(
-                        "PATCH",
-                        &format!("/vouchers/{code}"),
-                        Some(json!({"totalLimit": n})),
-                    )
-                    .await;
+                let (status, body) = app.patch_voucher(code, json!({"totalLimit": n})).await;
                 let expected = if n < 1 {
                     StatusCode::BAD_REQUEST
                 } else if n < r.used() {
@@ -194,13 +186,7 @@ async fn run(
                 check(status == expected, format!("{at}: {status} {body}"))?;
             }
             Op::Validate(customer) => {
-                let (status, body) = app
-                    .json(
-                        "POST",
-                        &format!("/vouchers/{code}/validations"),
-                        Some(json!({"customerId": customer, "orderAmount": 1_000})),
-                    )
-                    .await;
+                let (status, body) = app.validate(code, customer, 1_000).await;
                 let got = body["error"].as_str().unwrap_or("ELIGIBLE").to_owned();
                 let expected = r.refusal(customer).unwrap_or("ELIGIBLE");
                 check(

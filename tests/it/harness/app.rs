@@ -417,32 +417,16 @@ impl TestApp {
         for (k, v) in overrides.as_object().into_iter().flatten() {
             body[k] = v.clone();
         }
-        let (status, view) = self.json("POST", "/vouchers", Some(body)).await;
+        let (status, view) = self.create_voucher(body).await;
         assert_eq!(status, StatusCode::CREATED, "create voucher: {view}");
         view
-    }
-
-    pub async fn reserve(
-        &self,
-        code: &str,
-        customer: i64,
-        order: &str,
-        amount: i64,
-    ) -> (StatusCode, String) {
-        let body = json!({"customerId": customer, "orderId": order, "orderAmount": amount});
-        self.call(
-            "POST",
-            &format!("/vouchers/{code}/reservations"),
-            Some(&body.to_string()),
-        )
-        .await
     }
 
     pub async fn view(&self, code: &str) -> Value {
         if self.settle_reads {
             self.settle(code).await;
         }
-        let (status, v) = self.json("GET", &format!("/vouchers/{code}"), None).await;
+        let (status, v) = self.get_voucher(code).await;
         assert_eq!(status, StatusCode::OK, "{v}");
         v
     }
