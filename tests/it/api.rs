@@ -1,49 +1,32 @@
 //! The HTTP contract (README.md, "API") against a real server and a real Postgres.
 //! Every test runs on its own fresh database.
 
-/// Each contract test runs eight times: on standard vouchers (Postgres decides) and on
-/// flash-sale vouchers (the Redis gate decides, mode A writes the winners to Postgres), each
-/// with the limit in one counter slot, split across eight, and split across eight with the
-/// writes grouped into batches (group commit); and on flash-sale vouchers in mode B, the
-/// winners travelling as events on Kafka, and on SQS. (Mode B's reads of Postgres wait for the
-/// events to land: [`TestApp::settle`].)
-macro_rules! in_every_mode {
-    ($($name:ident),* $(,)?) => {
-        in_every_mode!(@mode standard, false, 1, false, None; $($name),*);
-        in_every_mode!(@mode standard_slots, false, 8, false, None; $($name),*);
-        in_every_mode!(@mode standard_grouped, false, 8, true, None; $($name),*);
-        in_every_mode!(@mode flash, true, 1, false, None; $($name),*);
-        in_every_mode!(@mode flash_slots, true, 8, false, None; $($name),*);
-        in_every_mode!(@mode flash_grouped, true, 8, true, None; $($name),*);
-        in_every_mode!(@mode flash_mode_b_kafka, true, 8, false, Some(Broker::Kafka); $($name),*);
-        in_every_mode!(@mode flash_mode_b_sqs, true, 8, false, Some(Broker::Sqs); $($name),*);
-    };
-    (@mode $module:ident, $flash:expr, $slots:expr, $grouped:expr, $b:expr; $($name:ident),*) => {
-        mod $module {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                #[allow(unused_imports)]
-                use crate::harness::Broker;
-                let mode = crate::harness::Mode {
-                    flash: $flash,
-                    slots: $slots,
-                    group_commit: $grouped,
-                    mode_b: $b,
-                };
-                super::$name(mode).await
-            })*
-        }
-    };
-}
-
-in_every_mode!(
-    two_hundred_concurrent_reserves_for_ten_uses,
-    two_thousand_mixed_reserves_with_retries_and_per_user_limit,
-    the_same_request_fifty_times_is_one_use_with_identical_answers,
-    eligibility_and_not_found_answers,
-    release_returns_the_use_and_confirm_and_release_are_idempotent,
-    a_reservation_past_expiry_but_not_swept_can_still_be_confirmed,
-    bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing,
+// Each contract test runs eight times: on standard vouchers (Postgres decides) and on
+// flash-sale vouchers (the Redis gate decides, mode A writes the winners to Postgres), each
+// with the limit in one counter slot, split across eight, and split across eight with the
+// writes grouped into batches (group commit); and on flash-sale vouchers in mode B, the
+// winners travelling as events on Kafka, and on SQS. (Mode B's reads of Postgres wait for the
+// events to land: [`TestApp::settle`].)
+crate::in_modes!(
+    [
+        standard = Mode::standard(),
+        standard_slots = Mode::standard().slots(8),
+        standard_grouped = Mode::standard().slots(8).grouped(),
+        flash = Mode::flash(),
+        flash_slots = Mode::flash().slots(8),
+        flash_grouped = Mode::flash().slots(8).grouped(),
+        flash_mode_b_kafka = Mode::flash().slots(8).mode_b(Broker::Kafka),
+        flash_mode_b_sqs = Mode::flash().slots(8).mode_b(Broker::Sqs),
+    ]
+    {
+        two_hundred_concurrent_reserves_for_ten_uses,
+        two_thousand_mixed_reserves_with_retries_and_per_user_limit,
+        the_same_request_fifty_times_is_one_use_with_identical_answers,
+        eligibility_and_not_found_answers,
+        release_returns_the_use_and_confirm_and_release_are_idempotent,
+        a_reservation_past_expiry_but_not_swept_can_still_be_confirmed,
+        bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing,
+    }
 );
 
 use std::collections::HashMap;
@@ -54,36 +37,11 @@ use serde_json::{json, Value};
 
 use crate::harness::{self, error_of, path, Mode, TestApp};
 
-/// Fires every request at once (all tasks wait on one barrier) and returns the answers in
-/// request order.
-async fn fire(
-    app: &Arc<TestApp>,
-    code: &str,
-    requests: Vec<(i64, String)>,
-) -> Vec<(StatusCode, String)> {
-    let barrier = Arc::new(tokio::sync::Barrier::new(requests.len()));
-    let tasks: Vec<_> = requests
-        .into_iter()
-        .map(|(customer, order)| {
-            let (app, barrier, code) = (app.clone(), barrier.clone(), code.to_owned());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                app.reserve(&code, customer, &order, 500_000).await
-            })
-        })
-        .collect();
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out
-}
-
 async fn two_hundred_concurrent_reserves_for_ten_uses(mode: Mode) {
     let app = Arc::new(TestApp::spawn_in(mode).await);
     app.voucher("TEN", 10, json!({})).await;
     let requests = (1..=200).map(|i| (i, format!("order-{i}"))).collect();
-    let answers = fire(&app, "TEN", requests).await;
+    let answers = app.reserve_all("TEN", requests, 500_000).await;
 
     let created = answers
         .iter()
@@ -130,7 +88,7 @@ async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit(mode: Mode)
             .wrapping_add(1442695040888963407);
         requests.swap(i, (seed >> 33) as usize % (i + 1));
     }
-    let answers = fire(&app, "MIXED", requests.clone()).await;
+    let answers = app.reserve_all("MIXED", requests.clone(), 500_000).await;
 
     let mut by_order: HashMap<&str, Vec<&(StatusCode, String)>> = HashMap::new();
     for ((_, order), answer) in requests.iter().zip(&answers) {
@@ -166,7 +124,9 @@ async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit(mode: Mode)
 async fn the_same_request_fifty_times_is_one_use_with_identical_answers(mode: Mode) {
     let app = Arc::new(TestApp::spawn_in(mode).await);
     app.voucher("SAME", 5, json!({})).await;
-    let answers = fire(&app, "SAME", vec![(7, "order-7".to_owned()); 50]).await;
+    let answers = app
+        .reserve_all("SAME", vec![(7, "order-7".to_owned()); 50], 500_000)
+        .await;
     assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
     assert_eq!(answers[0].0, StatusCode::CREATED);
     let body: Value = serde_json::from_str(&answers[0].1).unwrap();

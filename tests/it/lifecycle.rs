@@ -1,32 +1,23 @@
 //! The voucher's whole life (README.md, "API"): changing a voucher mid-sale, pausing it,
 //! percentage discounts, validations that take nothing, and the listings. Each test runs on
 //! standard vouchers (Postgres decides) and on flash-sale vouchers (the gate decides, mode A),
-//! with the limit split across eight counter slots.
+//! with the limit split across eight counter slots and the writes grouped into batches.
 
-macro_rules! in_both_modes {
-    ($($name:ident),* $(,)?) => {
-        in_both_modes!(@mode standard, false; $($name),*);
-        in_both_modes!(@mode flash, true; $($name),*);
-    };
-    (@mode $module:ident, $flash:expr; $($name:ident),*) => {
-        mod $module {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                super::$name($flash).await
-            })*
-        }
-    };
-}
-
-in_both_modes!(
-    a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_limit_in_force,
-    a_limit_below_the_uses_held_is_refused_and_changes_nothing,
-    a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working,
-    a_new_discount_applies_to_new_reservations_only,
-    percentages_round_down_and_stop_at_the_cap,
-    a_validation_answers_as_a_reserve_would_and_takes_nothing,
-    listings_page_through_a_thousand_reservations_while_reserves_go_on,
-    bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_nothing,
+crate::in_modes!(
+    [
+        standard = Mode::standard().slots(8).grouped(),
+        flash = Mode::flash().slots(8).grouped(),
+    ]
+    {
+        a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_limit_in_force,
+        a_limit_below_the_uses_held_is_refused_and_changes_nothing,
+        a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working,
+        a_new_discount_applies_to_new_reservations_only,
+        percentages_round_down_and_stop_at_the_cap,
+        a_validation_answers_as_a_reserve_would_and_takes_nothing,
+        listings_page_through_a_thousand_reservations_while_reserves_go_on,
+        bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_nothing,
+    }
 );
 
 use std::collections::HashMap;
@@ -36,16 +27,10 @@ use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::{self, error_of, TestApp};
+use crate::harness::{self, error_of, Mode, TestApp};
 
-async fn spawn(flash: bool) -> Arc<TestApp> {
-    Arc::new(
-        TestApp::builder()
-            .flash(flash)
-            .counter_slots(8)
-            .spawn()
-            .await,
-    )
+async fn spawn(mode: Mode) -> Arc<TestApp> {
+    Arc::new(TestApp::spawn_in(mode).await)
 }
 
 /// Reserves for customers `from..to` (one order each) all at once; the number granted.
@@ -55,15 +40,10 @@ async fn reserve_many(app: &Arc<TestApp>, code: &str, from: i64, to: i64) -> usi
 
 /// Reserves for customers `from..to` (order `o-{customer}`) all at once; the orders granted.
 async fn granted(app: &Arc<TestApp>, code: &str, from: i64, to: i64) -> Vec<String> {
-    let tasks: Vec<_> = (from..to)
-        .map(|i| {
-            let (app, code) = (app.clone(), code.to_owned());
-            tokio::spawn(async move { app.reserve(&code, i, &format!("o-{i}"), 1_000).await })
-        })
-        .collect();
+    let requests = (from..to).map(|i| (i, format!("o-{i}"))).collect();
+    let answers = app.reserve_all(code, requests, 1_000).await;
     let mut granted = Vec::new();
-    for (i, t) in (from..to).zip(tasks) {
-        let (status, body) = t.await.unwrap();
+    for (i, (status, body)) in (from..to).zip(answers) {
         match status {
             StatusCode::CREATED => granted.push(format!("o-{i}")),
             StatusCode::CONFLICT => assert_eq!(error_of(&body), "OUT_OF_STOCK", "{body}"),
@@ -86,9 +66,10 @@ async fn assert_counts(app: &TestApp, code: &str, flash: bool, limit: i64, used:
 }
 
 async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_limit_in_force(
-    flash: bool,
+    mode: Mode,
 ) {
-    let app = spawn(flash).await;
+    let app = spawn(mode).await;
+    let flash = mode.flash;
     app.voucher("LIMITS", 150, json!({})).await;
 
     // 100 customers want a use while the limit is lowered from 150 to 80: either the change
@@ -133,8 +114,9 @@ async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_
     assert_counts(&app, "LIMITS", flash, limit + 20, limit + 20).await;
 }
 
-async fn a_limit_below_the_uses_held_is_refused_and_changes_nothing(flash: bool) {
-    let app = spawn(flash).await;
+async fn a_limit_below_the_uses_held_is_refused_and_changes_nothing(mode: Mode) {
+    let app = spawn(mode).await;
+    let flash = mode.flash;
     app.voucher("HELD", 10, json!({})).await;
     assert_eq!(reserve_many(&app, "HELD", 1, 6).await, 5);
     let before = app.snapshot().await;
@@ -156,8 +138,9 @@ async fn a_limit_below_the_uses_held_is_refused_and_changes_nothing(flash: bool)
     assert_eq!(reserve_many(&app, "HELD", 10, 12).await, 0);
 }
 
-async fn a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working(flash: bool) {
-    let app = spawn(flash).await;
+async fn a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working(mode: Mode) {
+    let app = spawn(mode).await;
+    let flash = mode.flash;
     app.voucher("PAUSE", 10, json!({"perUserLimit": 5})).await;
     let (_, first) = app.reserve("PAUSE", 1, "a", 1_000).await;
     app.reserve("PAUSE", 1, "b", 1_000).await;
@@ -198,8 +181,8 @@ async fn a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working(flash:
     assert_counts(&app, "PAUSE", flash, 10, 3).await;
 }
 
-async fn a_new_discount_applies_to_new_reservations_only(flash: bool) {
-    let app = spawn(flash).await;
+async fn a_new_discount_applies_to_new_reservations_only(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher(
         "DISC",
         10,
@@ -256,8 +239,8 @@ async fn a_new_discount_applies_to_new_reservations_only(flash: bool) {
     );
 }
 
-async fn percentages_round_down_and_stop_at_the_cap(flash: bool) {
-    let app = spawn(flash).await;
+async fn percentages_round_down_and_stop_at_the_cap(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher(
         "PCT",
         100,
@@ -311,8 +294,8 @@ async fn percentages_round_down_and_stop_at_the_cap(flash: bool) {
     assert!(view.get("discountAmount").is_none());
 }
 
-async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) {
-    let app = spawn(flash).await;
+async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher(
         "VAL",
         2,
@@ -388,21 +371,16 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
     );
 }
 
-async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flash: bool) {
-    let app = spawn(flash).await;
+async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher("LIST", 5_000, json!({"perUserLimit": 1_000}))
         .await;
     app.voucher("LIST2", 1, json!({})).await;
     app.voucher("LIST3", 1, json!({})).await;
     let order = |i: i64| format!("ord-{i:04}");
-    let tasks: Vec<_> = (0..1_000)
-        .map(|i| {
-            let app = app.clone();
-            tokio::spawn(async move { app.reserve("LIST", 1 + i % 7, &order(i), 1_000).await.0 })
-        })
-        .collect();
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), StatusCode::CREATED);
+    let requests = (0..1_000).map(|i| (1 + i % 7, order(i))).collect();
+    for (status, body) in app.reserve_all("LIST", requests, 1_000).await {
+        assert_eq!(status, StatusCode::CREATED, "{body}");
     }
     for i in (0..1_000).step_by(10) {
         app.confirm("LIST", &order(i)).await;
@@ -519,8 +497,8 @@ async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flas
     );
 }
 
-async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_nothing(flash: bool) {
-    let app = spawn(flash).await;
+async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_nothing(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher("BAD", 10, json!({})).await;
     app.reserve("BAD", 1, "o1", 1_000).await;
     let before = app.snapshot().await;
@@ -800,7 +778,7 @@ async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_no
 /// write, mode B with the event on the queue) counts: the limit may not go below it.
 #[tokio::test]
 async fn a_lower_limit_counts_the_uses_still_on_their_way_to_the_database() {
-    let app = spawn(true).await;
+    let app = spawn(Mode::flash().slots(8).grouped()).await;
     app.voucher("FLYING", 3, json!({})).await;
     assert_eq!(
         app.reserve("FLYING", 1, "landed", 1_000).await.0,
@@ -872,7 +850,7 @@ async fn a_flash_voucher_does_not_change_while_its_gate_is_unreachable() {
 /// brings its rules to Postgres' own, but never over newer ones.
 #[tokio::test]
 async fn the_sweep_brings_the_gates_rules_to_the_databases() {
-    let app = spawn(true).await;
+    let app = spawn(Mode::flash().slots(8).grouped()).await;
     app.voucher("SYNC", 5, json!({})).await;
     let (status, _) = app.patch_voucher("SYNC", json!({"perUserLimit": 3})).await;
     assert_eq!(status, StatusCode::OK);

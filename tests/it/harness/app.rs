@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 
 use super::{
     create_queues, fauxqs_endpoint, kafka_brokers, postgres_base, redis_url, settings,
-    sqs_endpoint, unique_name, voucher_code, Cleanup, Proxy,
+    sqs_endpoint, unique_name, voucher_code, Broker, Cleanup, Mode, Proxy,
 };
 
 /// Starts one more server, HTTP only, on exactly `vars` (a second process with another set-up,
@@ -61,12 +61,12 @@ impl TestAppBuilder {
         self
     }
 
-    /// The contract tests' mode: flash or standard, the counter slots, group commit.
+    /// A test's [`Mode`]: flash or standard, the counter slots, group commit, mode B.
     pub fn mode(self, mode: Mode) -> Self {
-        let mut builder = self.flash(mode.flash).counter_slots(mode.slots);
-        if mode.group_commit {
-            builder = builder.setting("GROUP_COMMIT_MAX", "32");
-        }
+        let mut builder = self
+            .flash(mode.flash)
+            .counter_slots(mode.slots)
+            .setting("GROUP_COMMIT_MAX", mode.group_commit_max.to_string());
         builder.settle_reads = mode.mode_b.is_some();
         match mode.mode_b {
             None => builder,
@@ -304,7 +304,7 @@ impl TestApp {
         Self::builder().flash(flash).spawn().await
     }
 
-    /// A server for one of the contract tests' modes.
+    /// A server in this mode.
     pub async fn spawn_in(mode: Mode) -> TestApp {
         Self::builder().mode(mode).spawn().await
     }
@@ -602,26 +602,6 @@ impl TestApp {
             customer_counter_sum: row.get(4),
         }
     }
-}
-
-/// How the contract tests run: on standard or flash-sale vouchers, with the limit in one
-/// counter slot or split across several, mode A's winners written one by one or by group
-/// commit.
-#[derive(Debug, Clone, Copy)]
-pub struct Mode {
-    pub flash: bool,
-    pub slots: i64,
-    pub group_commit: bool,
-    /// Mode B, on this broker (None: mode A).
-    pub mode_b: Option<Broker>,
-}
-
-/// What carries mode B's events in a contract test.
-#[derive(Debug, Clone, Copy)]
-pub enum Broker {
-    Kafka,
-    /// SQS, on the fast local emulator (fauxqs): the contract tests send thousands of events.
-    Sqs,
 }
 
 #[derive(Debug, PartialEq, Eq)]

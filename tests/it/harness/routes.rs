@@ -6,6 +6,8 @@
 //! Every typed method answers the status and the body parsed as JSON (`Null` when empty),
 //! except [`TestApp::reserve`], which keeps the raw text: replays are compared byte for byte.
 
+use std::sync::Arc;
+
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -126,6 +128,33 @@ impl TestApp {
         let body = json!({"customerId": customer, "orderId": order, "orderAmount": amount});
         self.call("POST", &path::reservations(code), Some(&body.to_string()))
             .await
+    }
+
+    /// Sends every reserve of `requests` (customer, orderId) at once, for an order of
+    /// `amount`: each on its own task, all released together by one barrier. The answers, in
+    /// request order.
+    pub async fn reserve_all(
+        self: &Arc<Self>,
+        code: &str,
+        requests: Vec<(i64, String)>,
+        amount: i64,
+    ) -> Vec<(StatusCode, String)> {
+        let barrier = Arc::new(tokio::sync::Barrier::new(requests.len()));
+        let tasks: Vec<_> = requests
+            .into_iter()
+            .map(|(customer, order)| {
+                let (app, barrier, code) = (self.clone(), barrier.clone(), code.to_owned());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    app.reserve(&code, customer, &order, amount).await
+                })
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        answers
     }
 
     /// `GET /vouchers/{code}/reservations`, with these query parameters.
