@@ -177,8 +177,10 @@ async fn a_flash_sale_runs_through_a_tls_redis() {
     // Clear text to a TLS port gets nowhere: health reports the gate down.
     let plain = format!("redis://localhost:{port}");
     let app = TestApp::builder()
-        .setting("REDIS_URL", plain)
-        .setting("REDIS_TIMEOUT_MS", "500")
+        .configure(move |s| {
+            s.redis.url = plain;
+            s.redis.timeout = Duration::from_millis(500);
+        })
         .spawn()
         .await;
     assert_eq!(redis_health(&app).await, "down");
@@ -188,15 +190,23 @@ async fn a_flash_sale_runs_through_a_tls_redis() {
     std::env::set_var("SSL_CERT_FILE", dir.join("other-ca.pem"));
     let tls = format!("rediss://localhost:{port}");
     let app = TestApp::builder()
-        .setting("REDIS_URL", &tls)
-        .setting("REDIS_TIMEOUT_MS", "500")
+        .configure({
+            let tls = tls.clone();
+            move |s| {
+                s.redis.url = tls;
+                s.redis.timeout = Duration::from_millis(500);
+            }
+        })
         .spawn()
         .await;
     assert_eq!(redis_health(&app).await, "down");
 
     // Trusting the CA that signed it, the same URL works.
     std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem"));
-    let app = TestApp::builder().setting("REDIS_URL", tls).spawn().await;
+    let app = TestApp::builder()
+        .configure(move |s| s.redis.url = tls)
+        .spawn()
+        .await;
     assert_eq!(redis_health(&app).await, "up");
 
     app.voucher("TLS-SALE", 1, json!({"flashSale": true})).await;

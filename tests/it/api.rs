@@ -772,7 +772,8 @@ async fn health_reports_its_dependencies() {
 
     // Postgres unreachable: 503, quickly.
     let dead =
-        harness::serve_with(&[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")]).await;
+        harness::serve_with(|s| s.database.url = "postgres://postgres@127.0.0.1:1/none".into())
+            .await;
     let started = std::time::Instant::now();
     let resp = app
         .http

@@ -50,7 +50,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
     let app = Arc::new(
         TestApp::builder()
             .with_events(3)
-            .setting("EVENTS_POLL", "false")
+            .configure(|s| s.events.poll = false)
             .spawn()
             .await,
     );
@@ -137,7 +137,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
 async fn release_and_confirm_may_arrive_before_their_reserved_event() {
     let app = TestApp::builder()
         .with_events(3)
-        .setting("EVENTS_POLL", "false")
+        .configure(|s| s.events.poll = false)
         .spawn()
         .await;
     app.voucher("EARLY", 5, json!({"flashSale": true})).await;
@@ -255,7 +255,7 @@ async fn postgres_down_while_500_events_queue_up_then_all_land() {
         TestApp::builder()
             .with_events(1000)
             .with_pg_proxy()
-            .setting("DATABASE_TIMEOUT_MS", "500")
+            .configure(|s| s.database.timeout = Duration::from_millis(500))
             .spawn()
             .await,
     );
@@ -316,7 +316,7 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
     let app = Arc::new(
         TestApp::builder()
             .with_events(3)
-            .setting("EVENTS_POLL", "false")
+            .configure(|s| s.events.poll = false)
             .spawn()
             .await,
     );
@@ -471,7 +471,7 @@ async fn a_batch_lands_together_and_a_message_postgres_rejects_fails_alone() {
 async fn a_confirm_after_redis_lost_its_data_waits_for_the_event_instead_of_404() {
     let app = TestApp::builder()
         .with_events(3)
-        .setting("EVENTS_POLL", "false")
+        .configure(|s| s.events.poll = false)
         .spawn()
         .await;
     app.voucher("LOSS", 5, json!({"flashSale": true})).await;

@@ -208,8 +208,10 @@ async fn reserve_and_release_over_http_on_a_redis_cluster() {
     let url = cluster_url();
     let app = Arc::new(
         TestApp::builder()
-            .setting("REDIS_CLUSTER", "true")
-            .setting("REDIS_URL", url)
+            .configure(move |s| {
+                s.redis.cluster = true;
+                s.redis.url = url;
+            })
             .spawn()
             .await,
     );
@@ -256,7 +258,7 @@ async fn reserve_and_release_over_http_on_a_redis_cluster() {
 async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
     let app = TestApp::builder()
         .with_redis_proxy()
-        .setting("REDIS_TIMEOUT_MS", "500")
+        .configure(|s| s.redis.timeout = Duration::from_millis(500))
         .spawn()
         .await;
     app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
@@ -308,11 +310,11 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
     app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
     // A second server on the same database whose Redis is the silent one.
     let db_url = app.database_url();
-    let other = harness::serve_with(&[
-        ("DATABASE_URL", &db_url),
-        ("REDIS_URL", &silent_url),
-        ("REDIS_TIMEOUT_MS", "500"),
-    ])
+    let other = harness::serve_with(|s| {
+        s.database.url = db_url.into();
+        s.redis.url = silent_url;
+        s.redis.timeout = Duration::from_millis(500);
+    })
     .await;
     let started = Instant::now();
     let resp = app
@@ -334,7 +336,7 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
 async fn postgres_down_in_mode_a_answers_503_and_gives_the_use_back() {
     let app = TestApp::builder()
         .with_pg_proxy()
-        .setting("DATABASE_TIMEOUT_MS", "1000")
+        .configure(|s| s.database.timeout = Duration::from_millis(1000))
         .spawn()
         .await;
     app.voucher("PGDOWN", 5, json!({"flashSale": true})).await;
@@ -428,8 +430,10 @@ async fn redis_emptied_mid_sale_never_over_allocates() {
 async fn sold_out_short_cut_answers_without_redis_but_replays_winners() {
     let app = TestApp::builder()
         .with_redis_proxy()
-        .setting("SOLD_OUT_CACHE_MS", "1500")
-        .setting("REDIS_TIMEOUT_MS", "500")
+        .configure(|s| {
+            s.reservations.sold_out_ttl = Duration::from_millis(1500);
+            s.redis.timeout = Duration::from_millis(500);
+        })
         .spawn()
         .await;
     app.voucher("GONE", 1, json!({"flashSale": true})).await;

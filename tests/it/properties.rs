@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -238,7 +239,7 @@ fn random_sequences_agree_with_the_reference(flash: bool) {
         TestApp::builder()
             .flash(flash)
             .counter_slots(2)
-            .setting("SOLD_OUT_CACHE_MS", "0")
+            .configure(|s| s.reservations.sold_out_ttl = Duration::ZERO)
             .spawn(),
     );
     let cases = AtomicUsize::new(0);

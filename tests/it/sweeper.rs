@@ -125,7 +125,7 @@ async fn two_sweeps_at_once_release_each_of_5000_once() {
 async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
     let app = TestApp::builder()
         .flash(true)
-        .setting("ORPHAN_GRACE_SECONDS", "0")
+        .configure(|s| s.sweep.orphan_grace = Duration::ZERO)
         .spawn()
         .await;
     app.voucher("ORPH", 5, json!({"reservationTtlSeconds": 1}))
