@@ -35,7 +35,7 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::{self, error_of, path, Mode, TestApp};
+use crate::harness::{self, error_of, path, Mode, Request, TestApp};
 
 async fn two_hundred_concurrent_reserves_for_ten_uses(mode: Mode) {
     let app = Arc::new(TestApp::spawn_in(mode).await);
@@ -329,7 +329,7 @@ async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(mode: Mode) 
     app.voucher("GOOD", 5, json!({})).await;
     let before = app.snapshot().await;
 
-    let reserve = "/vouchers/GOOD/reservations";
+    let reserve = |body: &str| Request::post(path::reservations("GOOD"), body);
     let huge = format!(
         "{{\"customerId\":1,\"orderId\":\"o\",\"orderAmount\":1,\"pad\":\"{}\"}}",
         // Well past the 16 KiB limit, yet small enough to sit whole in the socket's buffers:
@@ -337,6 +337,12 @@ async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(mode: Mode) 
         // closed connection while still being written (a send error instead of the answer).
         "x".repeat(64 << 10)
     );
+    let long_order = format!(
+        r#"{{"customerId":1,"orderId":"{}","orderAmount":1}}"#,
+        "o".repeat(65)
+    );
+    let order = r#"{"customerId":1,"orderId":"o","orderAmount":1}"#;
+    // A valid voucher with `patch` applied (a null removes the field).
     let voucher = |patch: Value| {
         let mut v = json!({"code": "NEW", "discountAmount": 1, "totalLimit": 5,
                            "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"});
@@ -347,371 +353,69 @@ async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(mode: Mode) 
                 v[k] = val.clone();
             }
         }
-        v.to_string()
+        Request::post(path::vouchers(), v.to_string())
     };
-    // (method, path, body, status, error code, a word the message must contain)
-    type Case<'a> = (&'a str, String, Option<String>, u16, &'a str, &'a str);
-    let cases: Vec<Case> = vec![
-        (
-            "POST",
-            reserve.into(),
-            Some("{".into()),
-            400,
-            "INVALID_REQUEST",
-            "JSON",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some("".into()),
-            400,
-            "INVALID_REQUEST",
-            "JSON",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some("[]".into()),
-            400,
-            "INVALID_REQUEST",
-            "JSON",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"o"}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":"1","orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":-1,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":0,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":99999999999999999999,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1.5,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"o","orderAmount":-5}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1000000000000001}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1e30}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"a b","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"a/b","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(format!(
-                r#"{{"customerId":1,"orderId":"{}","orderAmount":1}}"#,
-                "o".repeat(65)
-            )),
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":12,"orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(huge),
-            413,
-            "INVALID_REQUEST",
-            "16384",
-        ),
-        (
-            "POST",
-            "/vouchers/bad$code/reservations".into(),
-            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "code",
-        ),
-        (
-            "POST",
-            format!("/vouchers/{}/reservations", "C".repeat(33)),
-            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "code",
-        ),
-        (
-            "POST",
-            "/vouchers/GOOD/reservations/bad%20id/confirm".into(),
-            None,
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "DELETE",
-            "/vouchers/GOOD/reservations/bad%23id".into(),
-            None,
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "GET",
-            "/vouchers/b%C3%A9".into(),
-            None,
-            400,
-            "INVALID_REQUEST",
-            "code",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimit": 0}))),
-            400,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimit": 1_000_000_001}))),
-            400,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimit": "10"}))),
-            400,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimit": null}))),
-            400,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"discountAmount": -1}))),
-            400,
-            "INVALID_REQUEST",
-            "discountAmount",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"perUserLimit": 0}))),
-            400,
-            "INVALID_REQUEST",
-            "perUserLimit",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"reservationTtlSeconds": 0}))),
-            400,
-            "INVALID_REQUEST",
-            "reservationTtlSeconds",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"reservationTtlSeconds": 604801}))),
-            400,
-            "INVALID_REQUEST",
-            "reservationTtlSeconds",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"counterSlots": 0}))),
-            400,
-            "INVALID_REQUEST",
-            "counterSlots",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"counterSlots": 65}))),
-            400,
-            "INVALID_REQUEST",
-            "counterSlots",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"counterSlots": "eight"}))),
-            400,
-            "INVALID_REQUEST",
-            "counterSlots",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimit": 3, "counterSlots": 4}))),
-            400,
-            "INVALID_REQUEST",
-            "counterSlots",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"endsAt": "2025-01-01T00:00:00Z"}))),
-            400,
-            "INVALID_REQUEST",
-            "endsAt",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"startsAt": "yesterday"}))),
-            400,
-            "INVALID_REQUEST",
-            "startsAt",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"code": "bad code"}))),
-            400,
-            "INVALID_REQUEST",
-            "code",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"flashSale": "yes"}))),
-            400,
-            "INVALID_REQUEST",
-            "flashSale",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimitt": 3}))),
-            400,
-            "INVALID_REQUEST",
-            "totalLimitt",
-        ),
-        ("GET", "/nope".into(), None, 404, "NOT_FOUND", "/nope"),
-        (
-            "PUT",
-            reserve.into(),
-            Some("{}".into()),
-            405,
-            "METHOD_NOT_ALLOWED",
-            "PUT",
-        ),
-        (
-            "GET",
-            "/vouchers/GOOD/reservations/o1/confirm".into(),
-            None,
-            405,
-            "METHOD_NOT_ALLOWED",
-            "GET",
-        ),
+    let code_33 = "C".repeat(33);
+    let invalid = (400, "INVALID_REQUEST");
+    // (case, request, (status, error code), a word the message must contain)
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Request, (u16, &str), &str)> = vec![
+        ("reserve: truncated JSON", reserve("{"), invalid, "JSON"),
+        ("reserve: empty body", reserve(""), invalid, "JSON"),
+        ("reserve: an array", reserve("[]"), invalid, "JSON"),
+        ("reserve: no customerId", reserve(r#"{"orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: no orderId", reserve(r#"{"customerId":1,"orderAmount":1}"#), invalid, "orderId"),
+        ("reserve: no orderAmount", reserve(r#"{"customerId":1,"orderId":"o"}"#), invalid, "orderAmount"),
+        ("reserve: customerId a string", reserve(r#"{"customerId":"1","orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: customerId negative", reserve(r#"{"customerId":-1,"orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: customerId zero", reserve(r#"{"customerId":0,"orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: customerId past i64", reserve(r#"{"customerId":99999999999999999999,"orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: customerId a fraction", reserve(r#"{"customerId":1.5,"orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: orderAmount negative", reserve(r#"{"customerId":1,"orderId":"o","orderAmount":-5}"#), invalid, "orderAmount"),
+        ("reserve: orderAmount past the most", reserve(r#"{"customerId":1,"orderId":"o","orderAmount":1000000000000001}"#), invalid, "orderAmount"),
+        ("reserve: orderAmount 1e30", reserve(r#"{"customerId":1,"orderId":"o","orderAmount":1e30}"#), invalid, "orderAmount"),
+        ("reserve: orderId with a space", reserve(r#"{"customerId":1,"orderId":"a b","orderAmount":1}"#), invalid, "orderId"),
+        ("reserve: orderId with a slash", reserve(r#"{"customerId":1,"orderId":"a/b","orderAmount":1}"#), invalid, "orderId"),
+        ("reserve: orderId of 65 characters", reserve(&long_order), invalid, "orderId"),
+        ("reserve: orderId a number", reserve(r#"{"customerId":1,"orderId":12,"orderAmount":1}"#), invalid, "orderId"),
+        ("reserve: body past 16 KiB", reserve(&huge), (413, "INVALID_REQUEST"), "16384"),
+        ("reserve: code with a $", Request::post(path::reservations("bad$code"), order), invalid, "code"),
+        ("reserve: code of 33 characters", Request::post(path::reservations(&code_33), order), invalid, "code"),
+        ("confirm: orderId with a space", Request::post_empty(path::confirm("GOOD", "bad%20id")), invalid, "orderId"),
+        ("release: orderId with a #", Request::delete(path::reservation("GOOD", "bad%23id")), invalid, "orderId"),
+        ("get voucher: code not ASCII", Request::get(path::voucher("b%C3%A9")), invalid, "code"),
+        ("create: totalLimit zero", voucher(json!({"totalLimit": 0})), invalid, "totalLimit"),
+        ("create: totalLimit past the most", voucher(json!({"totalLimit": 1_000_000_001})), invalid, "totalLimit"),
+        ("create: totalLimit a string", voucher(json!({"totalLimit": "10"})), invalid, "totalLimit"),
+        ("create: no totalLimit", voucher(json!({"totalLimit": null})), invalid, "totalLimit"),
+        ("create: discountAmount negative", voucher(json!({"discountAmount": -1})), invalid, "discountAmount"),
+        ("create: perUserLimit zero", voucher(json!({"perUserLimit": 0})), invalid, "perUserLimit"),
+        ("create: reservationTtlSeconds zero", voucher(json!({"reservationTtlSeconds": 0})), invalid, "reservationTtlSeconds"),
+        ("create: reservationTtlSeconds past a week", voucher(json!({"reservationTtlSeconds": 604801})), invalid, "reservationTtlSeconds"),
+        ("create: counterSlots zero", voucher(json!({"counterSlots": 0})), invalid, "counterSlots"),
+        ("create: counterSlots past 64", voucher(json!({"counterSlots": 65})), invalid, "counterSlots"),
+        ("create: counterSlots a word", voucher(json!({"counterSlots": "eight"})), invalid, "counterSlots"),
+        ("create: more counterSlots than uses", voucher(json!({"totalLimit": 3, "counterSlots": 4})), invalid, "counterSlots"),
+        ("create: endsAt in the past", voucher(json!({"endsAt": "2025-01-01T00:00:00Z"})), invalid, "endsAt"),
+        ("create: startsAt not a time", voucher(json!({"startsAt": "yesterday"})), invalid, "startsAt"),
+        ("create: code with a space", voucher(json!({"code": "bad code"})), invalid, "code"),
+        ("create: flashSale a string", voucher(json!({"flashSale": "yes"})), invalid, "flashSale"),
+        ("create: unknown field", voucher(json!({"totalLimitt": 3})), invalid, "totalLimitt"),
+        ("unknown route", Request::get("/nope"), (404, "NOT_FOUND"), "/nope"),
+        ("PUT on reservations", Request::raw("PUT", path::reservations("GOOD"), "{}"), (405, "METHOD_NOT_ALLOWED"), "PUT"),
+        ("GET on confirm", Request::get(path::confirm("GOOD", "o1")), (405, "METHOD_NOT_ALLOWED"), "GET"),
     ];
-    for (method, path, body, status, error, needle) in cases {
-        let (got, text) = app.call(method, &path, body.as_deref()).await;
+    for (case, request, (status, error), needle) in cases {
+        let (got, text) = app.send(&request).await;
         let shown = &text[..text.len().min(300)];
-        assert_eq!(got.as_u16(), status, "{method} {path}: {shown}");
+        assert_eq!(got.as_u16(), status, "{case} ({request}): {shown}");
         let v: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|_| panic!("{method} {path}: not JSON: {shown}"));
-        assert_eq!(v["error"], error, "{method} {path}: {shown}");
+            .unwrap_or_else(|_| panic!("{case} ({request}): not JSON: {shown}"));
+        assert_eq!(v["error"], error, "{case} ({request}): {shown}");
         let message = v["message"].as_str().unwrap();
         assert!(
             message.contains(needle),
-            "{method} {path}: message {message:?} should name {needle:?}"
+            "{case} ({request}): message {message:?} should name {needle:?}"
         );
     }
     assert_eq!(

@@ -27,7 +27,7 @@ use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::{self, error_of, Mode, TestApp};
+use crate::harness::{self, error_of, path, Mode, Request, TestApp};
 
 async fn spawn(mode: Mode) -> Arc<TestApp> {
     Arc::new(TestApp::spawn_in(mode).await)
@@ -502,263 +502,57 @@ async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_no
     app.voucher("BAD", 10, json!({})).await;
     app.reserve("BAD", 1, "o1", 1_000).await;
     let before = app.snapshot().await;
-    // (method, path, body, status, error code, what the message must name)
-    type Case = (
-        &'static str,
-        String,
-        Option<Value>,
-        StatusCode,
-        &'static str,
-        &'static str,
-    );
-    let cases: Vec<Case> = vec![
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"totalLimit": 0})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"totalLimit": "ten"})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"perUserLimit": -1})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "perUserLimit",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"active": "no"})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "active",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"flashSale": true})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "flashSale",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"discountAmount": 1, "discountPercent": 5})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "discountPercent",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"maxDiscountAmount": 5})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "maxDiscountAmount",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"discountPercent": 0})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "discountPercent",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"endsAt": "2000-01-01T00:00:00Z"})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "endsAt",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"startsAt": "yesterday"})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "startsAt",
-        ),
-        (
-            "PATCH",
-            "/vouchers/NOPE".into(),
-            Some(json!({"active": false})),
-            StatusCode::NOT_FOUND,
-            "VOUCHER_NOT_FOUND",
-            "NOPE",
-        ),
-        (
-            "POST",
-            "/vouchers/BAD/validations".into(),
-            Some(json!({"customerId": 0, "orderAmount": 1})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            "/vouchers/BAD/validations".into(),
-            Some(json!({"customerId": 1})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            "/vouchers/BAD/validations".into(),
-            Some(json!({"customerId": 1, "orderAmount": -5})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            "/vouchers/b%20d/validations".into(),
-            Some(json!({"customerId": 1, "orderAmount": 5})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "code",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(
-                json!({"code": "X", "discountAmount": 1, "discountPercent": 5, "totalLimit": 1, "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2027-01-01T00:00:00Z"}),
-            ),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "discountPercent",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(
-                json!({"code": "X", "totalLimit": 1, "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2027-01-01T00:00:00Z"}),
-            ),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "discountAmount",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(
-                json!({"code": "X", "discountPercent": 101, "totalLimit": 1, "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2027-01-01T00:00:00Z"}),
-            ),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "discountPercent",
-        ),
-        (
-            "GET",
-            "/vouchers?limit=0".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "limit",
-        ),
-        (
-            "GET",
-            "/vouchers?limit=101".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "limit",
-        ),
-        (
-            "GET",
-            "/vouchers?after=zzz".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "after",
-        ),
-        (
-            "GET",
-            "/vouchers?sort=code".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "sort",
-        ),
-        (
-            "GET",
-            "/vouchers/BAD/reservations?status=GONE".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "status",
-        ),
-        (
-            "GET",
-            "/vouchers/BAD/reservations?customerId=abc".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "GET",
-            "/vouchers/BAD/reservations?limit=x".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "limit",
-        ),
-        (
-            "GET",
-            "/vouchers/BAD/reservations?after=bad".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "after",
-        ),
-        (
-            "GET",
-            "/vouchers/NOPE/reservations".into(),
-            None,
-            StatusCode::NOT_FOUND,
-            "VOUCHER_NOT_FOUND",
-            "voucher",
-        ),
-        (
-            "DELETE",
-            "/vouchers".into(),
-            None,
-            StatusCode::METHOD_NOT_ALLOWED,
-            "METHOD_NOT_ALLOWED",
-            "DELETE",
-        ),
+    let patch = |code: &str, body: Value| Request::patch(path::voucher(code), body.to_string());
+    let validate =
+        |code: &str, body: Value| Request::post(path::validations(code), body.to_string());
+    let create = |body: Value| Request::post(path::vouchers(), body.to_string());
+    let vouchers = |query: &str| Request::get(format!("{}?{query}", path::vouchers()));
+    let reservations = |query: &str| Request::get(format!("{}?{query}", path::reservations("BAD")));
+    let (starts, ends) = ("2026-01-01T00:00:00Z", "2027-01-01T00:00:00Z");
+    let invalid = (StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    let not_found = (StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND");
+    // (case, request, (status, error code), what the message must name)
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Request, (StatusCode, &str), &str)> = vec![
+        ("patch: totalLimit zero", patch("BAD", json!({"totalLimit": 0})), invalid, "totalLimit"),
+        ("patch: totalLimit a word", patch("BAD", json!({"totalLimit": "ten"})), invalid, "totalLimit"),
+        ("patch: perUserLimit negative", patch("BAD", json!({"perUserLimit": -1})), invalid, "perUserLimit"),
+        ("patch: active a word", patch("BAD", json!({"active": "no"})), invalid, "active"),
+        ("patch: flashSale", patch("BAD", json!({"flashSale": true})), invalid, "flashSale"),
+        ("patch: amount and percent", patch("BAD", json!({"discountAmount": 1, "discountPercent": 5})), invalid, "discountPercent"),
+        ("patch: a cap without a percent", patch("BAD", json!({"maxDiscountAmount": 5})), invalid, "maxDiscountAmount"),
+        ("patch: discountPercent zero", patch("BAD", json!({"discountPercent": 0})), invalid, "discountPercent"),
+        ("patch: endsAt in the past", patch("BAD", json!({"endsAt": "2000-01-01T00:00:00Z"})), invalid, "endsAt"),
+        ("patch: startsAt not a time", patch("BAD", json!({"startsAt": "yesterday"})), invalid, "startsAt"),
+        ("patch: no such voucher", patch("NOPE", json!({"active": false})), not_found, "NOPE"),
+        ("validate: customerId zero", validate("BAD", json!({"customerId": 0, "orderAmount": 1})), invalid, "customerId"),
+        ("validate: no orderAmount", validate("BAD", json!({"customerId": 1})), invalid, "orderAmount"),
+        ("validate: orderAmount negative", validate("BAD", json!({"customerId": 1, "orderAmount": -5})), invalid, "orderAmount"),
+        ("validate: code with a space", validate("b%20d", json!({"customerId": 1, "orderAmount": 5})), invalid, "code"),
+        ("create: amount and percent", create(json!({"code": "X", "discountAmount": 1, "discountPercent": 5, "totalLimit": 1, "startsAt": starts, "endsAt": ends})), invalid, "discountPercent"),
+        ("create: no discount", create(json!({"code": "X", "totalLimit": 1, "startsAt": starts, "endsAt": ends})), invalid, "discountAmount"),
+        ("create: discountPercent past 100", create(json!({"code": "X", "discountPercent": 101, "totalLimit": 1, "startsAt": starts, "endsAt": ends})), invalid, "discountPercent"),
+        ("list vouchers: limit zero", vouchers("limit=0"), invalid, "limit"),
+        ("list vouchers: limit past 100", vouchers("limit=101"), invalid, "limit"),
+        ("list vouchers: not a cursor", vouchers("after=zzz"), invalid, "after"),
+        ("list vouchers: unknown parameter", vouchers("sort=code"), invalid, "sort"),
+        ("list reservations: unknown status", reservations("status=GONE"), invalid, "status"),
+        ("list reservations: customerId a word", reservations("customerId=abc"), invalid, "customerId"),
+        ("list reservations: limit a word", reservations("limit=x"), invalid, "limit"),
+        ("list reservations: not a cursor", reservations("after=bad"), invalid, "after"),
+        ("list reservations: no such voucher", Request::get(path::reservations("NOPE")), not_found, "voucher"),
+        ("DELETE on vouchers", Request::delete(path::vouchers()), (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"), "DELETE"),
     ];
-    for (method, path, body, status, error, names) in cases {
-        let (got, text) = app
-            .call(
-                method,
-                &path,
-                body.as_ref().map(|b| b.to_string()).as_deref(),
-            )
-            .await;
+    for (case, request, (status, error), names) in cases {
+        let (got, text) = app.send(&request).await;
         assert_eq!(
             (got, error_of(&text).as_str()),
             (status, error),
-            "{method} {path}: {text}"
+            "{case} ({request}): {text}"
         );
         assert!(
             text.contains(names),
-            "{method} {path}: {text} should name {names}"
+            "{case} ({request}): {text} should name {names}"
         );
     }
     // A cursor of the voucher listing (a real one, from a page that has a next) is no cursor of

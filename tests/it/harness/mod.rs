@@ -15,7 +15,7 @@ pub use cleanup::Cleanup;
 pub use helpers::{error_of, reserve_req, settings, unique_name, voucher_code, wait_for};
 pub use modes::{Broker, Mode};
 pub use proxy::Proxy;
-pub use routes::path;
+pub use routes::{path, Request};
 pub use sqs::create_queues;
 
 /// Postgres server for tests, without a database name: each test appends its own.

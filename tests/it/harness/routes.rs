@@ -1,6 +1,6 @@
 //! One typed method per route of the API (`shared::http::ROUTES`), so that a test names what
 //! it does ("confirm this order") rather than spelling a path; and [`path`], the same paths for
-//! the requests a test builds by hand to send what the typed methods cannot:
+//! the requests a test builds by hand ([`Request`]) to send what the typed methods cannot:
 //! malformed bodies, bad path segments, unknown routes.
 //!
 //! Every typed method answers the status and the body parsed as JSON (`Null` when empty),
@@ -67,7 +67,63 @@ pub mod path {
     }
 }
 
+/// A request built by hand, for what the typed methods cannot send (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: &'static str,
+    pub path: String,
+    pub body: Option<String>,
+}
+
+impl Request {
+    pub fn new(method: &'static str, path: impl Into<String>, body: Option<String>) -> Self {
+        Request {
+            method,
+            path: path.into(),
+            body,
+        }
+    }
+
+    pub fn get(path: impl Into<String>) -> Self {
+        Self::new("GET", path, None)
+    }
+
+    pub fn delete(path: impl Into<String>) -> Self {
+        Self::new("DELETE", path, None)
+    }
+
+    /// A POST with no body.
+    pub fn post_empty(path: impl Into<String>) -> Self {
+        Self::new("POST", path, None)
+    }
+
+    /// With this body, sent as it is (it need not be JSON).
+    pub fn raw(method: &'static str, path: impl Into<String>, body: impl Into<String>) -> Self {
+        Self::new(method, path, Some(body.into()))
+    }
+
+    pub fn post(path: impl Into<String>, body: impl Into<String>) -> Self {
+        Self::raw("POST", path, body)
+    }
+
+    pub fn patch(path: impl Into<String>, body: impl Into<String>) -> Self {
+        Self::raw("PATCH", path, body)
+    }
+}
+
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.method, self.path)
+    }
+}
+
 impl TestApp {
+    /// Sends a request built by hand; the status and the raw body text.
+    pub async fn send(&self, request: &Request) -> (StatusCode, String) {
+        self.call(request.method, &request.path, request.body.as_deref())
+            .await
+    }
+
     /// `GET /health`: readiness.
     pub async fn health(&self) -> (StatusCode, Value) {
         self.json("GET", &path::health(), None).await
