@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use harness::{wait_for, TestApp};
 
@@ -164,15 +164,7 @@ async fn start_tls_redis(dir: &Path, port: u16) -> Server {
 
 /// What the service's `/health` says of Redis: "up" or "down".
 async fn redis_health(app: &TestApp) -> String {
-    let health: Value = app
-        .http
-        .get(app.url("/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, health) = app.health().await;
     health["redis"].as_str().unwrap_or_default().to_owned()
 }
 
@@ -185,8 +177,10 @@ async fn a_flash_sale_runs_through_a_tls_redis() {
     // Clear text to a TLS port gets nowhere: health reports the gate down.
     let plain = format!("redis://localhost:{port}");
     let app = TestApp::builder()
-        .setting("REDIS_URL", plain)
-        .setting("REDIS_TIMEOUT_MS", "500")
+        .configure(move |s| {
+            s.redis.url = plain;
+            s.redis.timeout = Duration::from_millis(500);
+        })
         .spawn()
         .await;
     assert_eq!(redis_health(&app).await, "down");
@@ -196,15 +190,23 @@ async fn a_flash_sale_runs_through_a_tls_redis() {
     std::env::set_var("SSL_CERT_FILE", dir.join("other-ca.pem"));
     let tls = format!("rediss://localhost:{port}");
     let app = TestApp::builder()
-        .setting("REDIS_URL", &tls)
-        .setting("REDIS_TIMEOUT_MS", "500")
+        .configure({
+            let tls = tls.clone();
+            move |s| {
+                s.redis.url = tls;
+                s.redis.timeout = Duration::from_millis(500);
+            }
+        })
         .spawn()
         .await;
     assert_eq!(redis_health(&app).await, "down");
 
     // Trusting the CA that signed it, the same URL works.
     std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem"));
-    let app = TestApp::builder().setting("REDIS_URL", tls).spawn().await;
+    let app = TestApp::builder()
+        .configure(move |s| s.redis.url = tls)
+        .spawn()
+        .await;
     assert_eq!(redis_health(&app).await, "up");
 
     app.voucher("TLS-SALE", 1, json!({"flashSale": true})).await;

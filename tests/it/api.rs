@@ -1,49 +1,32 @@
 //! The HTTP contract (README.md, "API") against a real server and a real Postgres.
 //! Every test runs on its own fresh database.
 
-/// Each contract test runs eight times: on standard vouchers (Postgres decides) and on
-/// flash-sale vouchers (the Redis gate decides, mode A writes the winners to Postgres), each
-/// with the limit in one counter slot, split across eight, and split across eight with the
-/// writes grouped into batches (group commit); and on flash-sale vouchers in mode B, the
-/// winners travelling as events on Kafka, and on SQS. (Mode B's reads of Postgres wait for the
-/// events to land: [`TestApp::settle`].)
-macro_rules! in_every_mode {
-    ($($name:ident),* $(,)?) => {
-        in_every_mode!(@mode standard, false, 1, false, None; $($name),*);
-        in_every_mode!(@mode standard_slots, false, 8, false, None; $($name),*);
-        in_every_mode!(@mode standard_grouped, false, 8, true, None; $($name),*);
-        in_every_mode!(@mode flash, true, 1, false, None; $($name),*);
-        in_every_mode!(@mode flash_slots, true, 8, false, None; $($name),*);
-        in_every_mode!(@mode flash_grouped, true, 8, true, None; $($name),*);
-        in_every_mode!(@mode flash_mode_b_kafka, true, 8, false, Some(Broker::Kafka); $($name),*);
-        in_every_mode!(@mode flash_mode_b_sqs, true, 8, false, Some(Broker::Sqs); $($name),*);
-    };
-    (@mode $module:ident, $flash:expr, $slots:expr, $grouped:expr, $b:expr; $($name:ident),*) => {
-        mod $module {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                #[allow(unused_imports)]
-                use crate::harness::Broker;
-                let mode = crate::harness::Mode {
-                    flash: $flash,
-                    slots: $slots,
-                    group_commit: $grouped,
-                    mode_b: $b,
-                };
-                super::$name(mode).await
-            })*
-        }
-    };
-}
-
-in_every_mode!(
-    two_hundred_concurrent_reserves_for_ten_uses,
-    two_thousand_mixed_reserves_with_retries_and_per_user_limit,
-    the_same_request_fifty_times_is_one_use_with_identical_answers,
-    eligibility_and_not_found_answers,
-    release_returns_the_use_and_confirm_and_release_are_idempotent,
-    a_reservation_past_expiry_but_not_swept_can_still_be_confirmed,
-    bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing,
+// Each contract test runs eight times: on standard vouchers (Postgres decides) and on
+// flash-sale vouchers (the Redis gate decides, mode A writes the winners to Postgres), each
+// with the limit in one counter slot, split across eight, and split across eight with the
+// writes grouped into batches (group commit); and on flash-sale vouchers in mode B, the
+// winners travelling as events on Kafka, and on SQS. (Mode B's reads of Postgres wait for the
+// events to land: [`TestApp::settle`].)
+crate::in_modes!(
+    [
+        standard = Mode::standard(),
+        standard_slots = Mode::standard().slots(8),
+        standard_grouped = Mode::standard().slots(8).grouped(),
+        flash = Mode::flash(),
+        flash_slots = Mode::flash().slots(8),
+        flash_grouped = Mode::flash().slots(8).grouped(),
+        flash_mode_b_kafka = Mode::flash().slots(8).mode_b(Broker::Kafka),
+        flash_mode_b_sqs = Mode::flash().slots(8).mode_b(Broker::Sqs),
+    ]
+    {
+        two_hundred_concurrent_reserves_for_ten_uses,
+        two_thousand_mixed_reserves_with_retries_and_per_user_limit,
+        the_same_request_fifty_times_is_one_use_with_identical_answers,
+        eligibility_and_not_found_answers,
+        release_returns_the_use_and_confirm_and_release_are_idempotent,
+        a_reservation_past_expiry_but_not_swept_can_still_be_confirmed,
+        bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing,
+    }
 );
 
 use std::collections::HashMap;
@@ -52,38 +35,13 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::{self, error_of, Mode, TestApp};
-
-/// Fires every request at once (all tasks wait on one barrier) and returns the answers in
-/// request order.
-async fn fire(
-    app: &Arc<TestApp>,
-    code: &str,
-    requests: Vec<(i64, String)>,
-) -> Vec<(StatusCode, String)> {
-    let barrier = Arc::new(tokio::sync::Barrier::new(requests.len()));
-    let tasks: Vec<_> = requests
-        .into_iter()
-        .map(|(customer, order)| {
-            let (app, barrier, code) = (app.clone(), barrier.clone(), code.to_owned());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                app.reserve(&code, customer, &order, 500_000).await
-            })
-        })
-        .collect();
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out
-}
+use crate::harness::{self, error_of, path, Mode, Request, TestApp};
 
 async fn two_hundred_concurrent_reserves_for_ten_uses(mode: Mode) {
     let app = Arc::new(TestApp::spawn_in(mode).await);
     app.voucher("TEN", 10, json!({})).await;
     let requests = (1..=200).map(|i| (i, format!("order-{i}"))).collect();
-    let answers = fire(&app, "TEN", requests).await;
+    let answers = app.reserve_all("TEN", requests, 500_000).await;
 
     let created = answers
         .iter()
@@ -130,7 +88,7 @@ async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit(mode: Mode)
             .wrapping_add(1442695040888963407);
         requests.swap(i, (seed >> 33) as usize % (i + 1));
     }
-    let answers = fire(&app, "MIXED", requests.clone()).await;
+    let answers = app.reserve_all("MIXED", requests.clone(), 500_000).await;
 
     let mut by_order: HashMap<&str, Vec<&(StatusCode, String)>> = HashMap::new();
     for ((_, order), answer) in requests.iter().zip(&answers) {
@@ -166,7 +124,9 @@ async fn two_thousand_mixed_reserves_with_retries_and_per_user_limit(mode: Mode)
 async fn the_same_request_fifty_times_is_one_use_with_identical_answers(mode: Mode) {
     let app = Arc::new(TestApp::spawn_in(mode).await);
     app.voucher("SAME", 5, json!({})).await;
-    let answers = fire(&app, "SAME", vec![(7, "order-7".to_owned()); 50]).await;
+    let answers = app
+        .reserve_all("SAME", vec![(7, "order-7".to_owned()); 50], 500_000)
+        .await;
     assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
     assert_eq!(answers[0].0, StatusCode::CREATED);
     let body: Value = serde_json::from_str(&answers[0].1).unwrap();
@@ -226,7 +186,7 @@ async fn eligibility_and_not_found_answers(mode: Mode) {
         (status, error_of(&body).as_str()),
         (StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND")
     );
-    let (status, body) = app.json("GET", "/vouchers/NOPE", None).await;
+    let (status, body) = app.get_voucher("NOPE").await;
     assert_eq!(
         (status, body["error"].as_str().unwrap()),
         (StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND")
@@ -234,13 +194,12 @@ async fn eligibility_and_not_found_answers(mode: Mode) {
     // In mode B an order neither Postgres nor the gate knows may still be on its way while
     // events of its voucher are in flight (503, Retry-After); it is not found once they landed.
     app.settle("BIG").await;
-    for (method, path) in [
-        ("GET", "/vouchers/BIG/reservations/missing"),
-        ("POST", "/vouchers/BIG/reservations/missing/confirm"),
-        ("DELETE", "/vouchers/BIG/reservations/missing"),
+    for (route, (status, body)) in [
+        ("get", app.get_reservation("BIG", "missing").await),
+        ("confirm", app.confirm("BIG", "missing").await),
+        ("release", app.release("BIG", "missing").await),
     ] {
-        let (status, body) = app.json(method, path, None).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}");
+        assert_eq!(status, StatusCode::NOT_FOUND, "{route}");
         assert_eq!(body["error"], "RESERVATION_NOT_FOUND");
     }
 
@@ -255,13 +214,9 @@ async fn eligibility_and_not_found_answers(mode: Mode) {
     );
     assert_eq!(app.view("sUmMeR-sAlE").await["usedCount"], 1);
     let (status, body) = app
-        .json(
-            "POST",
-            "/vouchers",
-            Some(
-                json!({"code": "summer-SALE", "discountAmount": 1, "totalLimit": 1,
-              "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"}),
-            ),
+        .create_voucher(
+            json!({"code": "summer-SALE", "discountAmount": 1, "totalLimit": 1,
+                   "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"}),
         )
         .await;
     assert_eq!(
@@ -286,10 +241,8 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent(mode: Mo
     );
 
     for _ in 0..2 {
-        let (status, body) = app
-            .call("DELETE", "/vouchers/ONE/reservations/o1", None)
-            .await;
-        assert_eq!((status, body.as_str()), (StatusCode::NO_CONTENT, ""));
+        let (status, body) = app.release("ONE", "o1").await;
+        assert_eq!((status, body), (StatusCode::NO_CONTENT, Value::Null));
     }
     let view = app.view("ONE").await;
     assert_eq!(
@@ -301,9 +254,7 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent(mode: Mo
         (status, error_of(&body).as_str()),
         (StatusCode::CONFLICT, "RESERVATION_RELEASED")
     );
-    let (status, body) = app
-        .json("POST", "/vouchers/ONE/reservations/o1/confirm", None)
-        .await;
+    let (status, body) = app.confirm("ONE", "o1").await;
     assert_eq!(
         (status, body["error"].as_str().unwrap()),
         (StatusCode::CONFLICT, "RESERVATION_RELEASED")
@@ -311,17 +262,12 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent(mode: Mo
 
     // The same customer comes back with a new orderId.
     assert_eq!(app.reserve("ONE", 1, "o2", 10).await.0, StatusCode::CREATED);
-    let first = app
-        .call("POST", "/vouchers/ONE/reservations/o2/confirm", None)
-        .await;
-    let second = app
-        .call("POST", "/vouchers/ONE/reservations/o2/confirm", None)
-        .await;
+    let first = app.confirm("ONE", "o2").await;
+    let second = app.confirm("ONE", "o2").await;
     assert_eq!(first, second);
     assert_eq!(first.0, StatusCode::OK);
-    let body: Value = serde_json::from_str(&first.1).unwrap();
     assert_eq!(
-        body,
+        first.1,
         json!({"orderId": "o2", "status": "CONFIRMED", "discountAmount": 100_000})
     );
     let view = app.view("ONE").await;
@@ -334,13 +280,8 @@ async fn release_returns_the_use_and_confirm_and_release_are_idempotent(mode: Mo
     );
 
     // Cancelled after payment: DELETE of a CONFIRMED reservation releases it.
-    assert_eq!(
-        app.call("DELETE", "/vouchers/ONE/reservations/o2", None)
-            .await
-            .0,
-        StatusCode::NO_CONTENT
-    );
-    let (_, r) = app.json("GET", "/vouchers/ONE/reservations/o2", None).await;
+    assert_eq!(app.release("ONE", "o2").await.0, StatusCode::NO_CONTENT);
+    let (_, r) = app.get_reservation("ONE", "o2").await;
     assert_eq!(r["status"], "RELEASED");
     let counts = app.counts("ONE").await;
     assert_eq!(
@@ -372,14 +313,10 @@ async fn a_reservation_past_expiry_but_not_swept_can_still_be_confirmed(mode: Mo
     let reserved: Value = serde_json::from_str(&body).unwrap();
     // A fixed wait on purpose: the clock passing the 1 s TTL is what this test is about.
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    let (_, view) = app
-        .json("GET", "/vouchers/SHORT/reservations/o1", None)
-        .await;
+    let (_, view) = app.get_reservation("SHORT", "o1").await;
     assert_eq!(view["status"], "RESERVED");
     assert_eq!(view["expiresAt"], reserved["expiresAt"]);
-    let (status, body) = app
-        .json("POST", "/vouchers/SHORT/reservations/o1/confirm", None)
-        .await;
+    let (status, body) = app.confirm("SHORT", "o1").await;
     assert_eq!(
         (status, body["status"].as_str().unwrap()),
         (StatusCode::OK, "CONFIRMED")
@@ -392,7 +329,7 @@ async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(mode: Mode) 
     app.voucher("GOOD", 5, json!({})).await;
     let before = app.snapshot().await;
 
-    let reserve = "/vouchers/GOOD/reservations";
+    let reserve = |body: &str| Request::post(path::reservations("GOOD"), body);
     let huge = format!(
         "{{\"customerId\":1,\"orderId\":\"o\",\"orderAmount\":1,\"pad\":\"{}\"}}",
         // Well past the 16 KiB limit, yet small enough to sit whole in the socket's buffers:
@@ -400,6 +337,12 @@ async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(mode: Mode) 
         // closed connection while still being written (a send error instead of the answer).
         "x".repeat(64 << 10)
     );
+    let long_order = format!(
+        r#"{{"customerId":1,"orderId":"{}","orderAmount":1}}"#,
+        "o".repeat(65)
+    );
+    let order = r#"{"customerId":1,"orderId":"o","orderAmount":1}"#;
+    // A valid voucher with `patch` applied (a null removes the field).
     let voucher = |patch: Value| {
         let mut v = json!({"code": "NEW", "discountAmount": 1, "totalLimit": 5,
                            "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"});
@@ -410,371 +353,69 @@ async fn bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(mode: Mode) 
                 v[k] = val.clone();
             }
         }
-        v.to_string()
+        Request::post(path::vouchers(), v.to_string())
     };
-    // (method, path, body, status, error code, a word the message must contain)
-    type Case<'a> = (&'a str, String, Option<String>, u16, &'a str, &'a str);
-    let cases: Vec<Case> = vec![
-        (
-            "POST",
-            reserve.into(),
-            Some("{".into()),
-            400,
-            "INVALID_REQUEST",
-            "JSON",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some("".into()),
-            400,
-            "INVALID_REQUEST",
-            "JSON",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some("[]".into()),
-            400,
-            "INVALID_REQUEST",
-            "JSON",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"o"}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":"1","orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":-1,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":0,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":99999999999999999999,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1.5,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"o","orderAmount":-5}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1000000000000001}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1e30}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"a b","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":"a/b","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(format!(
-                r#"{{"customerId":1,"orderId":"{}","orderAmount":1}}"#,
-                "o".repeat(65)
-            )),
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(r#"{"customerId":1,"orderId":12,"orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "POST",
-            reserve.into(),
-            Some(huge),
-            413,
-            "INVALID_REQUEST",
-            "16384",
-        ),
-        (
-            "POST",
-            "/vouchers/bad$code/reservations".into(),
-            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "code",
-        ),
-        (
-            "POST",
-            format!("/vouchers/{}/reservations", "C".repeat(33)),
-            Some(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#.into()),
-            400,
-            "INVALID_REQUEST",
-            "code",
-        ),
-        (
-            "POST",
-            "/vouchers/GOOD/reservations/bad%20id/confirm".into(),
-            None,
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "DELETE",
-            "/vouchers/GOOD/reservations/bad%23id".into(),
-            None,
-            400,
-            "INVALID_REQUEST",
-            "orderId",
-        ),
-        (
-            "GET",
-            "/vouchers/b%C3%A9".into(),
-            None,
-            400,
-            "INVALID_REQUEST",
-            "code",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimit": 0}))),
-            400,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimit": 1_000_000_001}))),
-            400,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimit": "10"}))),
-            400,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimit": null}))),
-            400,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"discountAmount": -1}))),
-            400,
-            "INVALID_REQUEST",
-            "discountAmount",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"perUserLimit": 0}))),
-            400,
-            "INVALID_REQUEST",
-            "perUserLimit",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"reservationTtlSeconds": 0}))),
-            400,
-            "INVALID_REQUEST",
-            "reservationTtlSeconds",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"reservationTtlSeconds": 604801}))),
-            400,
-            "INVALID_REQUEST",
-            "reservationTtlSeconds",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"counterSlots": 0}))),
-            400,
-            "INVALID_REQUEST",
-            "counterSlots",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"counterSlots": 65}))),
-            400,
-            "INVALID_REQUEST",
-            "counterSlots",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"counterSlots": "eight"}))),
-            400,
-            "INVALID_REQUEST",
-            "counterSlots",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimit": 3, "counterSlots": 4}))),
-            400,
-            "INVALID_REQUEST",
-            "counterSlots",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"endsAt": "2025-01-01T00:00:00Z"}))),
-            400,
-            "INVALID_REQUEST",
-            "endsAt",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"startsAt": "yesterday"}))),
-            400,
-            "INVALID_REQUEST",
-            "startsAt",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"code": "bad code"}))),
-            400,
-            "INVALID_REQUEST",
-            "code",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"flashSale": "yes"}))),
-            400,
-            "INVALID_REQUEST",
-            "flashSale",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(voucher(json!({"totalLimitt": 3}))),
-            400,
-            "INVALID_REQUEST",
-            "totalLimitt",
-        ),
-        ("GET", "/nope".into(), None, 404, "NOT_FOUND", "/nope"),
-        (
-            "PUT",
-            reserve.into(),
-            Some("{}".into()),
-            405,
-            "METHOD_NOT_ALLOWED",
-            "PUT",
-        ),
-        (
-            "GET",
-            "/vouchers/GOOD/reservations/o1/confirm".into(),
-            None,
-            405,
-            "METHOD_NOT_ALLOWED",
-            "GET",
-        ),
+    let code_33 = "C".repeat(33);
+    let invalid = (400, "INVALID_REQUEST");
+    // (case, request, (status, error code), a word the message must contain)
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Request, (u16, &str), &str)> = vec![
+        ("reserve: truncated JSON", reserve("{"), invalid, "JSON"),
+        ("reserve: empty body", reserve(""), invalid, "JSON"),
+        ("reserve: an array", reserve("[]"), invalid, "JSON"),
+        ("reserve: no customerId", reserve(r#"{"orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: no orderId", reserve(r#"{"customerId":1,"orderAmount":1}"#), invalid, "orderId"),
+        ("reserve: no orderAmount", reserve(r#"{"customerId":1,"orderId":"o"}"#), invalid, "orderAmount"),
+        ("reserve: customerId a string", reserve(r#"{"customerId":"1","orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: customerId negative", reserve(r#"{"customerId":-1,"orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: customerId zero", reserve(r#"{"customerId":0,"orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: customerId past i64", reserve(r#"{"customerId":99999999999999999999,"orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: customerId a fraction", reserve(r#"{"customerId":1.5,"orderId":"o","orderAmount":1}"#), invalid, "customerId"),
+        ("reserve: orderAmount negative", reserve(r#"{"customerId":1,"orderId":"o","orderAmount":-5}"#), invalid, "orderAmount"),
+        ("reserve: orderAmount past the most", reserve(r#"{"customerId":1,"orderId":"o","orderAmount":1000000000000001}"#), invalid, "orderAmount"),
+        ("reserve: orderAmount 1e30", reserve(r#"{"customerId":1,"orderId":"o","orderAmount":1e30}"#), invalid, "orderAmount"),
+        ("reserve: orderId with a space", reserve(r#"{"customerId":1,"orderId":"a b","orderAmount":1}"#), invalid, "orderId"),
+        ("reserve: orderId with a slash", reserve(r#"{"customerId":1,"orderId":"a/b","orderAmount":1}"#), invalid, "orderId"),
+        ("reserve: orderId of 65 characters", reserve(&long_order), invalid, "orderId"),
+        ("reserve: orderId a number", reserve(r#"{"customerId":1,"orderId":12,"orderAmount":1}"#), invalid, "orderId"),
+        ("reserve: body past 16 KiB", reserve(&huge), (413, "INVALID_REQUEST"), "16384"),
+        ("reserve: code with a $", Request::post(path::reservations("bad$code"), order), invalid, "code"),
+        ("reserve: code of 33 characters", Request::post(path::reservations(&code_33), order), invalid, "code"),
+        ("confirm: orderId with a space", Request::post_empty(path::confirm("GOOD", "bad%20id")), invalid, "orderId"),
+        ("release: orderId with a #", Request::delete(path::reservation("GOOD", "bad%23id")), invalid, "orderId"),
+        ("get voucher: code not ASCII", Request::get(path::voucher("b%C3%A9")), invalid, "code"),
+        ("create: totalLimit zero", voucher(json!({"totalLimit": 0})), invalid, "totalLimit"),
+        ("create: totalLimit past the most", voucher(json!({"totalLimit": 1_000_000_001})), invalid, "totalLimit"),
+        ("create: totalLimit a string", voucher(json!({"totalLimit": "10"})), invalid, "totalLimit"),
+        ("create: no totalLimit", voucher(json!({"totalLimit": null})), invalid, "totalLimit"),
+        ("create: discountAmount negative", voucher(json!({"discountAmount": -1})), invalid, "discountAmount"),
+        ("create: perUserLimit zero", voucher(json!({"perUserLimit": 0})), invalid, "perUserLimit"),
+        ("create: reservationTtlSeconds zero", voucher(json!({"reservationTtlSeconds": 0})), invalid, "reservationTtlSeconds"),
+        ("create: reservationTtlSeconds past a week", voucher(json!({"reservationTtlSeconds": 604801})), invalid, "reservationTtlSeconds"),
+        ("create: counterSlots zero", voucher(json!({"counterSlots": 0})), invalid, "counterSlots"),
+        ("create: counterSlots past 64", voucher(json!({"counterSlots": 65})), invalid, "counterSlots"),
+        ("create: counterSlots a word", voucher(json!({"counterSlots": "eight"})), invalid, "counterSlots"),
+        ("create: more counterSlots than uses", voucher(json!({"totalLimit": 3, "counterSlots": 4})), invalid, "counterSlots"),
+        ("create: endsAt in the past", voucher(json!({"endsAt": "2025-01-01T00:00:00Z"})), invalid, "endsAt"),
+        ("create: startsAt not a time", voucher(json!({"startsAt": "yesterday"})), invalid, "startsAt"),
+        ("create: code with a space", voucher(json!({"code": "bad code"})), invalid, "code"),
+        ("create: flashSale a string", voucher(json!({"flashSale": "yes"})), invalid, "flashSale"),
+        ("create: unknown field", voucher(json!({"totalLimitt": 3})), invalid, "totalLimitt"),
+        ("unknown route", Request::get("/nope"), (404, "NOT_FOUND"), "/nope"),
+        ("PUT on reservations", Request::raw("PUT", path::reservations("GOOD"), "{}"), (405, "METHOD_NOT_ALLOWED"), "PUT"),
+        ("GET on confirm", Request::get(path::confirm("GOOD", "o1")), (405, "METHOD_NOT_ALLOWED"), "GET"),
     ];
-    for (method, path, body, status, error, needle) in cases {
-        let (got, text) = app.call(method, &path, body.as_deref()).await;
+    for (case, request, (status, error), needle) in cases {
+        let (got, text) = app.send(&request).await;
         let shown = &text[..text.len().min(300)];
-        assert_eq!(got.as_u16(), status, "{method} {path}: {shown}");
+        assert_eq!(got.as_u16(), status, "{case} ({request}): {shown}");
         let v: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|_| panic!("{method} {path}: not JSON: {shown}"));
-        assert_eq!(v["error"], error, "{method} {path}: {shown}");
+            .unwrap_or_else(|_| panic!("{case} ({request}): not JSON: {shown}"));
+        assert_eq!(v["error"], error, "{case} ({request}): {shown}");
         let message = v["message"].as_str().unwrap();
         assert!(
             message.contains(needle),
-            "{method} {path}: message {message:?} should name {needle:?}"
+            "{case} ({request}): message {message:?} should name {needle:?}"
         );
     }
     assert_eq!(
@@ -824,10 +465,10 @@ async fn postgres_refuses_what_would_over_allocate() {
 #[tokio::test]
 async fn health_reports_its_dependencies() {
     let app = TestApp::spawn().await;
-    let (status, body) = app.json("GET", "/health", None).await;
+    let (status, body) = app.health().await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["postgres"], "up");
-    let (status, body) = app.json("GET", "/health/live", None).await;
+    let (status, body) = app.live().await;
     assert_eq!(
         (status, body["status"].as_str()),
         (StatusCode::OK, Some("ok"))
@@ -835,15 +476,21 @@ async fn health_reports_its_dependencies() {
 
     // Postgres unreachable: 503, quickly.
     let dead =
-        harness::serve_with(&[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")]).await;
+        harness::serve_with(|s| s.database.url = "postgres://postgres@127.0.0.1:1/none".into())
+            .await;
     let started = std::time::Instant::now();
-    let resp = app.http.get(format!("{dead}/health")).send().await.unwrap();
+    let resp = app
+        .http
+        .get(format!("{dead}{}", path::health()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["postgres"], "down");
     let resp = app
         .http
-        .post(format!("{dead}/vouchers/ANY/reservations"))
+        .post(format!("{dead}{}", path::reservations("ANY")))
         .body(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#)
         .send()
         .await

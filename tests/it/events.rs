@@ -50,7 +50,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
     let app = Arc::new(
         TestApp::builder()
             .with_events(3)
-            .setting("EVENTS_POLL", "false")
+            .configure(|s| s.events.poll = false)
             .spawn()
             .await,
     );
@@ -137,7 +137,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
 async fn release_and_confirm_may_arrive_before_their_reserved_event() {
     let app = TestApp::builder()
         .with_events(3)
-        .setting("EVENTS_POLL", "false")
+        .configure(|s| s.events.poll = false)
         .spawn()
         .await;
     app.voucher("EARLY", 5, json!({"flashSale": true})).await;
@@ -154,23 +154,14 @@ async fn release_and_confirm_may_arrive_before_their_reserved_event() {
     );
 
     // Neither event has landed: the API answers from the gate and writes the row itself.
-    assert_eq!(
-        app.call("DELETE", "/vouchers/EARLY/reservations/a", None)
-            .await
-            .0,
-        StatusCode::NO_CONTENT
-    );
-    let (status, body) = app
-        .json("POST", "/vouchers/EARLY/reservations/b/confirm", None)
-        .await;
+    assert_eq!(app.release("EARLY", "a").await.0, StatusCode::NO_CONTENT);
+    let (status, body) = app.confirm("EARLY", "b").await;
     assert_eq!(
         (status, body["status"].as_str()),
         (StatusCode::OK, Some("CONFIRMED"))
     );
     assert_eq!(app.gate_remaining("EARLY").await, Some(4));
-    let (status, _) = app
-        .json("POST", "/vouchers/EARLY/reservations/a/confirm", None)
-        .await;
+    let (status, _) = app.confirm("EARLY", "a").await;
     assert_eq!(status, StatusCode::CONFLICT);
 
     // The events land late (and twice): nothing changes.
@@ -182,12 +173,8 @@ async fn release_and_confirm_may_arrive_before_their_reserved_event() {
     }
     let counts = app.counts("EARLY").await;
     assert_eq!((counts.used_count, counts.active_rows), (1, 1));
-    let (_, a) = app
-        .json("GET", "/vouchers/EARLY/reservations/a", None)
-        .await;
-    let (_, b) = app
-        .json("GET", "/vouchers/EARLY/reservations/b", None)
-        .await;
+    let (_, a) = app.get_reservation("EARLY", "a").await;
+    let (_, b) = app.get_reservation("EARLY", "b").await;
     assert_eq!(
         (a["status"].as_str(), b["status"].as_str()),
         (Some("RELEASED"), Some("CONFIRMED"))
@@ -268,7 +255,7 @@ async fn postgres_down_while_500_events_queue_up_then_all_land() {
         TestApp::builder()
             .with_events(1000)
             .with_pg_proxy()
-            .setting("DATABASE_TIMEOUT_MS", "500")
+            .configure(|s| s.database.timeout = Duration::from_millis(500))
             .spawn()
             .await,
     );
@@ -329,7 +316,7 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
     let app = Arc::new(
         TestApp::builder()
             .with_events(3)
-            .setting("EVENTS_POLL", "false")
+            .configure(|s| s.events.poll = false)
             .spawn()
             .await,
     );
@@ -361,7 +348,7 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
             .unwrap();
     }
     // Loading now would count those 50 twice: warm-up waits for them (503, Retry-After).
-    let (status, body) = app.json("POST", "/vouchers/LOST/warmup", None).await;
+    let (status, body) = app.warmup("LOST").await;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::SERVICE_UNAVAILABLE, Some("UNAVAILABLE"))
@@ -484,7 +471,7 @@ async fn a_batch_lands_together_and_a_message_postgres_rejects_fails_alone() {
 async fn a_confirm_after_redis_lost_its_data_waits_for_the_event_instead_of_404() {
     let app = TestApp::builder()
         .with_events(3)
-        .setting("EVENTS_POLL", "false")
+        .configure(|s| s.events.poll = false)
         .spawn()
         .await;
     app.voucher("LOSS", 5, json!({"flashSale": true})).await;
@@ -498,32 +485,22 @@ async fn a_confirm_after_redis_lost_its_data_waits_for_the_event_instead_of_404(
     );
     app.flush_gate().await;
 
-    let (status, body) = app
-        .call("POST", "/vouchers/LOSS/reservations/a/confirm", None)
-        .await;
+    let (status, body) = app.confirm("LOSS", "a").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    let (status, body) = app
-        .call("DELETE", "/vouchers/LOSS/reservations/b", None)
-        .await;
+    let (status, body) = app.release("LOSS", "b").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
 
     for body in drain(&app).await {
         app.app.consumer().consume(&body).await.unwrap();
     }
-    let (status, body) = app
-        .json("POST", "/vouchers/LOSS/reservations/a/confirm", None)
-        .await;
+    let (status, body) = app.confirm("LOSS", "a").await;
     assert_eq!(
         (status, &body["status"]),
         (StatusCode::OK, &json!("CONFIRMED"))
     );
-    let (status, _) = app
-        .call("DELETE", "/vouchers/LOSS/reservations/b", None)
-        .await;
+    let (status, _) = app.release("LOSS", "b").await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     // With the queue drained, an order nobody reserved is not found.
-    let (status, _) = app
-        .call("POST", "/vouchers/LOSS/reservations/never/confirm", None)
-        .await;
+    let (status, _) = app.confirm("LOSS", "never").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

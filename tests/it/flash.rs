@@ -13,7 +13,7 @@ use shared::config::RedisSettings;
 use shared::domain::{Discount, Held, ReserveOutcome, VoucherCode};
 use shared::gate::{Gate, GateMeta, GateReply, Removal, Removed};
 
-use crate::harness::{self, cluster_url, error_of, redis_url, TestApp};
+use crate::harness::{self, cluster_url, error_of, path, redis_url, TestApp};
 
 async fn every_script_outcome(gate: Gate) {
     let code = VoucherCode::parse(&format!(
@@ -208,8 +208,10 @@ async fn reserve_and_release_over_http_on_a_redis_cluster() {
     let url = cluster_url();
     let app = Arc::new(
         TestApp::builder()
-            .setting("REDIS_CLUSTER", "true")
-            .setting("REDIS_URL", url)
+            .configure(move |s| {
+                s.redis.cluster = true;
+                s.redis.url = url;
+            })
             .spawn()
             .await,
     );
@@ -232,7 +234,7 @@ async fn reserve_and_release_over_http_on_a_redis_cluster() {
     }
     assert_eq!(created, 10);
     // Release one winner and take its use again.
-    let (_, r) = app.json("GET", "/vouchers/CLUSTERED", None).await;
+    let (_, r) = app.get_voucher("CLUSTERED").await;
     assert_eq!(r["usedCount"], 10);
     let won: i64 = app
         .db
@@ -243,13 +245,7 @@ async fn reserve_and_release_over_http_on_a_redis_cluster() {
         .await
         .unwrap()
         .get(0);
-    let (status, _) = app
-        .call(
-            "DELETE",
-            &format!("/vouchers/CLUSTERED/reservations/o{won}"),
-            None,
-        )
-        .await;
+    let (status, _) = app.release("CLUSTERED", &format!("o{won}")).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(
         app.reserve("CLUSTERED", 1000, "late", 10).await.0,
@@ -262,7 +258,7 @@ async fn reserve_and_release_over_http_on_a_redis_cluster() {
 async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
     let app = TestApp::builder()
         .with_redis_proxy()
-        .setting("REDIS_TIMEOUT_MS", "500")
+        .configure(|s| s.redis.timeout = Duration::from_millis(500))
         .spawn()
         .await;
     app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
@@ -276,7 +272,7 @@ async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
     let started = Instant::now();
     let resp = app
         .http
-        .post(app.url("/vouchers/FLASHY/reservations"))
+        .post(app.url(&path::reservations("FLASHY")))
         .body(r#"{"customerId":2,"orderId":"o2","orderAmount":10}"#)
         .send()
         .await
@@ -291,7 +287,7 @@ async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
         app.reserve("PLAIN", 2, "o2", 10).await.0,
         StatusCode::CREATED
     );
-    let (status, health) = app.json("GET", "/health", None).await;
+    let (status, health) = app.health().await;
     assert_eq!(
         (status, health["redis"].as_str()),
         (StatusCode::OK, Some("down"))
@@ -314,16 +310,16 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
     app.voucher("FLASHY", 5, json!({"flashSale": true})).await;
     // A second server on the same database whose Redis is the silent one.
     let db_url = app.database_url();
-    let other = harness::serve_with(&[
-        ("DATABASE_URL", &db_url),
-        ("REDIS_URL", &silent_url),
-        ("REDIS_TIMEOUT_MS", "500"),
-    ])
+    let other = harness::serve_with(|s| {
+        s.database.url = db_url.into();
+        s.redis.url = silent_url;
+        s.redis.timeout = Duration::from_millis(500);
+    })
     .await;
     let started = Instant::now();
     let resp = app
         .http
-        .post(format!("{other}/vouchers/FLASHY/reservations"))
+        .post(format!("{other}{}", path::reservations("FLASHY")))
         .body(r#"{"customerId":2,"orderId":"o2","orderAmount":10}"#)
         .send()
         .await
@@ -340,7 +336,7 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
 async fn postgres_down_in_mode_a_answers_503_and_gives_the_use_back() {
     let app = TestApp::builder()
         .with_pg_proxy()
-        .setting("DATABASE_TIMEOUT_MS", "1000")
+        .configure(|s| s.database.timeout = Duration::from_millis(1000))
         .spawn()
         .await;
     app.voucher("PGDOWN", 5, json!({"flashSale": true})).await;
@@ -359,7 +355,7 @@ async fn postgres_down_in_mode_a_answers_503_and_gives_the_use_back() {
         Some(4),
         "the use went back to the gate"
     );
-    let (status, _) = app.json("GET", "/health", None).await;
+    let (status, _) = app.health().await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 
     app.pg_proxy().set_up(true);
@@ -434,8 +430,10 @@ async fn redis_emptied_mid_sale_never_over_allocates() {
 async fn sold_out_short_cut_answers_without_redis_but_replays_winners() {
     let app = TestApp::builder()
         .with_redis_proxy()
-        .setting("SOLD_OUT_CACHE_MS", "1500")
-        .setting("REDIS_TIMEOUT_MS", "500")
+        .configure(|s| {
+            s.reservations.sold_out_ttl = Duration::from_millis(1500);
+            s.redis.timeout = Duration::from_millis(500);
+        })
         .spawn()
         .await;
     app.voucher("GONE", 1, json!({"flashSale": true})).await;
@@ -484,22 +482,22 @@ async fn warm_up_loads_what_postgres_has_left_never_the_total() {
         None,
         "a sale hours away is not loaded at creation"
     );
-    let (status, body) = app.json("POST", "/vouchers/later/warmup", None).await;
+    let (status, body) = app.warmup("later").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
         body,
         json!({"code": "LATER", "loadedNow": true, "remaining": 10})
     );
-    let (_, body) = app.json("POST", "/vouchers/LATER/warmup", None).await;
+    let (_, body) = app.warmup("LATER").await;
     assert_eq!(body["loadedNow"], false);
 
     app.voucher("PLAIN", 10, json!({})).await;
-    let (status, body) = app.json("POST", "/vouchers/PLAIN/warmup", None).await;
+    let (status, body) = app.warmup("PLAIN").await;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::BAD_REQUEST, Some("INVALID_REQUEST"))
     );
-    let (status, body) = app.json("POST", "/vouchers/NOPE/warmup", None).await;
+    let (status, body) = app.warmup("NOPE").await;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::NOT_FOUND, Some("VOUCHER_NOT_FOUND"))

@@ -117,7 +117,7 @@ async fn duplicates_reordering_and_poison_records_land_once_and_poison_goes_to_t
 ) {
     let app = TestApp::builder()
         .with_kafka()
-        .setting("EVENTS_POLL", "false")
+        .configure(|s| s.events.poll = false)
         .spawn()
         .await;
     app.voucher("KDUP", 20, json!({"flashSale": true, "perUserLimit": 5}))
@@ -170,7 +170,7 @@ async fn duplicates_reordering_and_poison_records_land_once_and_poison_goes_to_t
 async fn a_consumer_killed_after_merging_but_before_committing_is_read_again_and_lands_once() {
     let app = TestApp::builder()
         .with_kafka()
-        .setting("EVENTS_POLL", "false")
+        .configure(|s| s.events.poll = false)
         .spawn()
         .await;
     app.voucher("KKILL", 30, json!({"flashSale": true})).await;
@@ -222,7 +222,7 @@ async fn postgres_down_while_500_events_queue_up_on_kafka_then_all_land() {
         TestApp::builder()
             .with_kafka()
             .with_pg_proxy()
-            .setting("DATABASE_TIMEOUT_MS", "500")
+            .configure(|s| s.database.timeout = Duration::from_millis(500))
             .spawn()
             .await,
     );
@@ -233,8 +233,10 @@ async fn postgres_down_while_500_events_queue_up_on_kafka_then_all_land() {
 async fn broker_down_answers_503_fast_and_the_order_comes_back_through_the_orphan_sweep() {
     let app = TestApp::builder()
         .with_dead_kafka()
-        .setting("EVENTS_TIMEOUT_MS", "1000")
-        .setting("ORPHAN_GRACE_SECONDS", "0")
+        .configure(|s| {
+            s.events.timeout = Duration::from_millis(1000);
+            s.sweep.orphan_grace = Duration::ZERO;
+        })
         .spawn()
         .await;
     app.voucher(
@@ -274,7 +276,7 @@ async fn broker_down_answers_503_fast_and_the_order_comes_back_through_the_orpha
 async fn a_warm_up_waits_only_for_events_of_its_own_partition() {
     let app = TestApp::builder()
         .with_kafka()
-        .setting("EVENTS_POLL", "false")
+        .configure(|s| s.events.poll = false)
         .spawn()
         .await;
     let (busy, idle) = codes_on_two_partitions();
@@ -291,13 +293,9 @@ async fn a_warm_up_waits_only_for_events_of_its_own_partition() {
 
     // Redis restarts empty: the idle voucher loads at once, the busy one waits for its events.
     app.flush_gate().await;
-    let (status, body) = app
-        .json("POST", &format!("/vouchers/{idle}/warmup"), None)
-        .await;
+    let (status, body) = app.warmup(&idle).await;
     assert_eq!((status, &body["remaining"]), (StatusCode::OK, &json!(10)));
-    let (status, body) = app
-        .json("POST", &format!("/vouchers/{busy}/warmup"), None)
-        .await;
+    let (status, body) = app.warmup(&busy).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(
         app.reserve(&busy, 9, "late", 10).await.0,
@@ -311,9 +309,7 @@ async fn a_warm_up_waits_only_for_events_of_its_own_partition() {
         async || in_flight(&app, &busy).await == 0,
     )
     .await;
-    let (status, body) = app
-        .json("POST", &format!("/vouchers/{busy}/warmup"), None)
-        .await;
+    let (status, body) = app.warmup(&busy).await;
     assert_eq!((status, &body["remaining"]), (StatusCode::OK, &json!(7)));
 }
 
@@ -321,7 +317,7 @@ async fn a_warm_up_waits_only_for_events_of_its_own_partition() {
 async fn redis_emptied_with_events_on_kafka_never_over_allocates_and_counts_revocations() {
     let app = TestApp::builder()
         .with_kafka()
-        .setting("EVENTS_POLL", "false")
+        .configure(|s| s.events.poll = false)
         .spawn()
         .await;
     app.voucher("KLOST", 100, json!({"flashSale": true})).await;
@@ -334,7 +330,7 @@ async fn redis_emptied_with_events_on_kafka_never_over_allocates_and_counts_revo
     }
     app.flush_gate().await;
     // Loading now would count the 100 in flight twice: warm-up waits for them.
-    let (status, body) = app.json("POST", "/vouchers/KLOST/warmup", None).await;
+    let (status, body) = app.warmup("KLOST").await;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::SERVICE_UNAVAILABLE, Some("UNAVAILABLE"))
@@ -368,8 +364,10 @@ async fn the_msk_handler_lands_a_batch_and_dead_letters_its_poison_record() {
     let app = TestApp::builder()
         .with_kafka()
         .with_pg_proxy()
-        .setting("DATABASE_TIMEOUT_MS", "500")
-        .setting("EVENTS_POLL", "false")
+        .configure(|s| {
+            s.database.timeout = Duration::from_millis(500);
+            s.events.poll = false;
+        })
         .spawn()
         .await;
     app.voucher("KMSK", 10, json!({"flashSale": true})).await;

@@ -64,15 +64,8 @@ async fn consumer_lands_the_sqs_fixture_event() {
         .expect("fixture is an SQS event");
     let answer = handle_batch(app.app.consumer(), batch).await;
     assert!(answer.batch_item_failures.is_empty());
-    let (status, body) = app
-        .call(
-            "GET",
-            "/vouchers/SMOKE-EVENTS/reservations/smoke-event-1",
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let row: Value = serde_json::from_str(&body).unwrap();
+    let (status, row) = app.get_reservation("SMOKE-EVENTS", "smoke-event-1").await;
+    assert_eq!(status, 200, "{row}");
     assert_eq!(row["status"], "RESERVED");
     assert_eq!(row["customerId"], 7);
     assert_eq!(app.view("SMOKE-EVENTS").await["usedCount"], 1);

@@ -1,32 +1,23 @@
 //! The voucher's whole life (README.md, "API"): changing a voucher mid-sale, pausing it,
 //! percentage discounts, validations that take nothing, and the listings. Each test runs on
 //! standard vouchers (Postgres decides) and on flash-sale vouchers (the gate decides, mode A),
-//! with the limit split across eight counter slots.
+//! with the limit split across eight counter slots and the writes grouped into batches.
 
-macro_rules! in_both_modes {
-    ($($name:ident),* $(,)?) => {
-        in_both_modes!(@mode standard, false; $($name),*);
-        in_both_modes!(@mode flash, true; $($name),*);
-    };
-    (@mode $module:ident, $flash:expr; $($name:ident),*) => {
-        mod $module {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                super::$name($flash).await
-            })*
-        }
-    };
-}
-
-in_both_modes!(
-    a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_limit_in_force,
-    a_limit_below_the_uses_held_is_refused_and_changes_nothing,
-    a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working,
-    a_new_discount_applies_to_new_reservations_only,
-    percentages_round_down_and_stop_at_the_cap,
-    a_validation_answers_as_a_reserve_would_and_takes_nothing,
-    listings_page_through_a_thousand_reservations_while_reserves_go_on,
-    bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_nothing,
+crate::in_modes!(
+    [
+        standard = Mode::standard().slots(8).grouped(),
+        flash = Mode::flash().slots(8).grouped(),
+    ]
+    {
+        a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_limit_in_force,
+        a_limit_below_the_uses_held_is_refused_and_changes_nothing,
+        a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working,
+        a_new_discount_applies_to_new_reservations_only,
+        percentages_round_down_and_stop_at_the_cap,
+        a_validation_answers_as_a_reserve_would_and_takes_nothing,
+        listings_page_through_a_thousand_reservations_while_reserves_go_on,
+        bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_nothing,
+    }
 );
 
 use std::collections::HashMap;
@@ -36,27 +27,10 @@ use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::{self, error_of, TestApp};
+use crate::harness::{self, error_of, path, Mode, Request, TestApp};
 
-async fn spawn(flash: bool) -> Arc<TestApp> {
-    Arc::new(
-        TestApp::builder()
-            .flash(flash)
-            .counter_slots(8)
-            .spawn()
-            .await,
-    )
-}
-
-async fn patch(app: &TestApp, code: &str, body: Value) -> (StatusCode, Value) {
-    app.json("PATCH", &format!("/vouchers/{code}"), Some(body))
-        .await
-}
-
-async fn validate(app: &TestApp, code: &str, customer: i64, amount: i64) -> (StatusCode, Value) {
-    let body = json!({"customerId": customer, "orderAmount": amount});
-    app.json("POST", &format!("/vouchers/{code}/validations"), Some(body))
-        .await
+async fn spawn(mode: Mode) -> Arc<TestApp> {
+    Arc::new(TestApp::spawn_in(mode).await)
 }
 
 /// Reserves for customers `from..to` (one order each) all at once; the number granted.
@@ -66,15 +40,10 @@ async fn reserve_many(app: &Arc<TestApp>, code: &str, from: i64, to: i64) -> usi
 
 /// Reserves for customers `from..to` (order `o-{customer}`) all at once; the orders granted.
 async fn granted(app: &Arc<TestApp>, code: &str, from: i64, to: i64) -> Vec<String> {
-    let tasks: Vec<_> = (from..to)
-        .map(|i| {
-            let (app, code) = (app.clone(), code.to_owned());
-            tokio::spawn(async move { app.reserve(&code, i, &format!("o-{i}"), 1_000).await })
-        })
-        .collect();
+    let requests = (from..to).map(|i| (i, format!("o-{i}"))).collect();
+    let answers = app.reserve_all(code, requests, 1_000).await;
     let mut granted = Vec::new();
-    for (i, t) in (from..to).zip(tasks) {
-        let (status, body) = t.await.unwrap();
+    for (i, (status, body)) in (from..to).zip(answers) {
         match status {
             StatusCode::CREATED => granted.push(format!("o-{i}")),
             StatusCode::CONFLICT => assert_eq!(error_of(&body), "OUT_OF_STOCK", "{body}"),
@@ -97,9 +66,10 @@ async fn assert_counts(app: &TestApp, code: &str, flash: bool, limit: i64, used:
 }
 
 async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_limit_in_force(
-    flash: bool,
+    mode: Mode,
 ) {
-    let app = spawn(flash).await;
+    let app = spawn(mode).await;
+    let flash = mode.flash;
     app.voucher("LIMITS", 150, json!({})).await;
 
     // 100 customers want a use while the limit is lowered from 150 to 80: either the change
@@ -110,7 +80,7 @@ async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_
         tokio::spawn(async move { reserve_many(&app, "LIMITS", 1, 101).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    let (status, body) = patch(&app, "LIMITS", json!({"totalLimit": 80})).await;
+    let (status, body) = app.patch_voucher("LIMITS", json!({"totalLimit": 80})).await;
     let granted = reserves.await.unwrap() as i64;
     let limit = match status {
         StatusCode::OK => {
@@ -127,7 +97,9 @@ async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_
     assert_counts(&app, "LIMITS", flash, limit, granted).await;
 
     // Raised by 20 mid-sale: 30 customers more than there are uses left get exactly those.
-    let (status, body) = patch(&app, "LIMITS", json!({"totalLimit": limit + 20})).await;
+    let (status, body) = app
+        .patch_voucher("LIMITS", json!({"totalLimit": limit + 20}))
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["remaining"], limit + 20 - granted);
     let more = self::granted(&app, "LIMITS", 1_000, 1_030 + limit + 20 - granted).await;
@@ -136,24 +108,21 @@ async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_
 
     // Uses given back by a release go to a slot that still has room: the caps still sum to the
     // limit and every use is reachable.
-    let (status, _) = app
-        .call(
-            "DELETE",
-            &format!("/vouchers/LIMITS/reservations/{}", more[0]),
-            None,
-        )
-        .await;
+    let (status, _) = app.release("LIMITS", &more[0]).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(reserve_many(&app, "LIMITS", 2_000, 2_005).await, 1);
     assert_counts(&app, "LIMITS", flash, limit + 20, limit + 20).await;
 }
 
-async fn a_limit_below_the_uses_held_is_refused_and_changes_nothing(flash: bool) {
-    let app = spawn(flash).await;
+async fn a_limit_below_the_uses_held_is_refused_and_changes_nothing(mode: Mode) {
+    let app = spawn(mode).await;
+    let flash = mode.flash;
     app.voucher("HELD", 10, json!({})).await;
     assert_eq!(reserve_many(&app, "HELD", 1, 6).await, 5);
     let before = app.snapshot().await;
-    let (status, body) = patch(&app, "HELD", json!({"totalLimit": 4, "active": false})).await;
+    let (status, body) = app
+        .patch_voucher("HELD", json!({"totalLimit": 4, "active": false}))
+        .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["error"], "LIMIT_BELOW_USED");
     assert!(body["message"].as_str().unwrap().contains("totalLimit"));
@@ -163,35 +132,31 @@ async fn a_limit_below_the_uses_held_is_refused_and_changes_nothing(flash: bool)
         assert_eq!(app.gate_meta("HELD", "active").await.as_deref(), Some("1"));
     }
     // Exactly the uses held is allowed: sold out at once.
-    let (status, body) = patch(&app, "HELD", json!({"totalLimit": 5})).await;
+    let (status, body) = app.patch_voucher("HELD", json!({"totalLimit": 5})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_counts(&app, "HELD", flash, 5, 5).await;
     assert_eq!(reserve_many(&app, "HELD", 10, 12).await, 0);
 }
 
-async fn a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working(flash: bool) {
-    let app = spawn(flash).await;
+async fn a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working(mode: Mode) {
+    let app = spawn(mode).await;
+    let flash = mode.flash;
     app.voucher("PAUSE", 10, json!({"perUserLimit": 5})).await;
     let (_, first) = app.reserve("PAUSE", 1, "a", 1_000).await;
     app.reserve("PAUSE", 1, "b", 1_000).await;
     app.reserve("PAUSE", 1, "c", 1_000).await;
 
-    let (status, view) = patch(&app, "PAUSE", json!({"active": false})).await;
+    let (status, view) = app.patch_voucher("PAUSE", json!({"active": false})).await;
     assert_eq!(status, StatusCode::OK, "{view}");
     assert_eq!(view["active"], false);
-    let (status, body) = app
-        .json(
-            "POST",
-            "/vouchers/PAUSE/reservations",
-            Some(json!({"customerId": 2, "orderId": "d", "orderAmount": 1_000})),
-        )
-        .await;
+    let (status, body) = app.reserve("PAUSE", 2, "d", 1_000).await;
+    let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(
         (&body["error"], &body["reason"]),
         (&json!("NOT_ELIGIBLE"), &json!("INACTIVE"))
     );
-    let (status, body) = validate(&app, "PAUSE", 2, 1_000).await;
+    let (status, body) = app.validate("PAUSE", 2, 1_000).await;
     assert_eq!(
         (status, &body["reason"]),
         (StatusCode::UNPROCESSABLE_ENTITY, &json!("INACTIVE"))
@@ -201,17 +166,13 @@ async fn a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working(flash:
         app.reserve("PAUSE", 1, "a", 1_000).await,
         (StatusCode::CREATED, first)
     );
-    let (status, _) = app
-        .call("POST", "/vouchers/PAUSE/reservations/b/confirm", None)
-        .await;
+    let (status, _) = app.confirm("PAUSE", "b").await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _) = app
-        .call("DELETE", "/vouchers/PAUSE/reservations/c", None)
-        .await;
+    let (status, _) = app.release("PAUSE", "c").await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_counts(&app, "PAUSE", flash, 10, 2).await;
 
-    let (status, view) = patch(&app, "PAUSE", json!({"active": true})).await;
+    let (status, view) = app.patch_voucher("PAUSE", json!({"active": true})).await;
     assert_eq!((status, &view["active"]), (StatusCode::OK, &json!(true)));
     assert_eq!(
         app.reserve("PAUSE", 2, "d", 1_000).await.0,
@@ -220,8 +181,8 @@ async fn a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working(flash:
     assert_counts(&app, "PAUSE", flash, 10, 3).await;
 }
 
-async fn a_new_discount_applies_to_new_reservations_only(flash: bool) {
-    let app = spawn(flash).await;
+async fn a_new_discount_applies_to_new_reservations_only(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher(
         "DISC",
         10,
@@ -235,12 +196,12 @@ async fn a_new_discount_applies_to_new_reservations_only(flash: bool) {
         700
     );
 
-    let (status, view) = patch(
-        &app,
-        "DISC",
-        json!({"discountPercent": 10, "maxDiscountAmount": 500, "minOrderAmount": 2_000}),
-    )
-    .await;
+    let (status, view) = app
+        .patch_voucher(
+            "DISC",
+            json!({"discountPercent": 10, "maxDiscountAmount": 500, "minOrderAmount": 2_000}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{view}");
     assert!(view.get("discountAmount").is_none(), "{view}");
     assert_eq!(
@@ -261,13 +222,13 @@ async fn a_new_discount_applies_to_new_reservations_only(flash: bool) {
         app.reserve("DISC", 1, "before", 10_000).await,
         (StatusCode::CREATED, first)
     );
-    let (_, row) = app
-        .json("GET", "/vouchers/DISC/reservations/before", None)
-        .await;
+    let (_, row) = app.get_reservation("DISC", "before").await;
     assert_eq!(row["discountAmount"], 700);
 
     // Back to a fixed amount: the cap goes with the percentage.
-    let (status, view) = patch(&app, "DISC", json!({"discountAmount": 50})).await;
+    let (status, view) = app
+        .patch_voucher("DISC", json!({"discountAmount": 50}))
+        .await;
     assert_eq!(status, StatusCode::OK, "{view}");
     assert_eq!(view["discountAmount"], 50);
     assert!(view.get("discountPercent").is_none() && view.get("maxDiscountAmount").is_none());
@@ -278,8 +239,8 @@ async fn a_new_discount_applies_to_new_reservations_only(flash: bool) {
     );
 }
 
-async fn percentages_round_down_and_stop_at_the_cap(flash: bool) {
-    let app = spawn(flash).await;
+async fn percentages_round_down_and_stop_at_the_cap(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher(
         "PCT",
         100,
@@ -314,7 +275,7 @@ async fn percentages_round_down_and_stop_at_the_cap(flash: bool) {
         ("BIG", 999_999_999_999_901, 989_999_999_999_901),
     ];
     for (i, (code, amount, discount)) in cases.into_iter().enumerate() {
-        let (status, v) = validate(&app, code, 1, amount).await;
+        let (status, v) = app.validate(code, 1, amount).await;
         assert_eq!(
             (status, &v["discountAmount"]),
             (StatusCode::OK, &json!(discount)),
@@ -333,8 +294,8 @@ async fn percentages_round_down_and_stop_at_the_cap(flash: bool) {
     assert!(view.get("discountAmount").is_none());
 }
 
-async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) {
-    let app = spawn(flash).await;
+async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher(
         "VAL",
         2,
@@ -353,7 +314,7 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
     );
     let before = (app.snapshot().await, app.gate_remaining("VAL").await);
 
-    let (status, body) = validate(&app, "VAL", 2, 1_000).await;
+    let (status, body) = app.validate("VAL", 2, 1_000).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body, json!({"eligible": true, "discountAmount": 300}));
     let refused = |status: StatusCode, error: &str, reason: Option<&str>| {
@@ -367,11 +328,11 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
         )
     };
     assert_eq!(
-        answer(validate(&app, "VAL", 1, 1_000).await),
+        answer(app.validate("VAL", 1, 1_000).await),
         refused(StatusCode::CONFLICT, "ALREADY_USED", None)
     );
     assert_eq!(
-        answer(validate(&app, "VAL", 2, 499).await),
+        answer(app.validate("VAL", 2, 499).await),
         refused(
             StatusCode::UNPROCESSABLE_ENTITY,
             "NOT_ELIGIBLE",
@@ -379,7 +340,7 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
         )
     );
     assert_eq!(
-        answer(validate(&app, "LATER", 2, 1_000).await),
+        answer(app.validate("LATER", 2, 1_000).await),
         refused(
             StatusCode::UNPROCESSABLE_ENTITY,
             "NOT_ELIGIBLE",
@@ -387,12 +348,12 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
         )
     );
     assert_eq!(
-        answer(validate(&app, "NOPE", 2, 1_000).await),
+        answer(app.validate("NOPE", 2, 1_000).await),
         refused(StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND", None)
     );
     // A thousand validations take nothing.
     for c in 0..1_000 {
-        assert_eq!(validate(&app, "VAL", 10 + c, 1_000).await.0, StatusCode::OK);
+        assert_eq!(app.validate("VAL", 10 + c, 1_000).await.0, StatusCode::OK);
     }
     assert_eq!(
         (app.snapshot().await, app.gate_remaining("VAL").await),
@@ -405,34 +366,24 @@ async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(flash: bool) 
         StatusCode::CREATED
     );
     assert_eq!(
-        answer(validate(&app, "VAL", 3, 1_000).await),
+        answer(app.validate("VAL", 3, 1_000).await),
         refused(StatusCode::CONFLICT, "OUT_OF_STOCK", None)
     );
 }
 
-async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flash: bool) {
-    let app = spawn(flash).await;
+async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher("LIST", 5_000, json!({"perUserLimit": 1_000}))
         .await;
     app.voucher("LIST2", 1, json!({})).await;
     app.voucher("LIST3", 1, json!({})).await;
     let order = |i: i64| format!("ord-{i:04}");
-    let tasks: Vec<_> = (0..1_000)
-        .map(|i| {
-            let app = app.clone();
-            tokio::spawn(async move { app.reserve("LIST", 1 + i % 7, &order(i), 1_000).await.0 })
-        })
-        .collect();
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), StatusCode::CREATED);
+    let requests = (0..1_000).map(|i| (1 + i % 7, order(i))).collect();
+    for (status, body) in app.reserve_all("LIST", requests, 1_000).await {
+        assert_eq!(status, StatusCode::CREATED, "{body}");
     }
     for i in (0..1_000).step_by(10) {
-        app.call(
-            "POST",
-            &format!("/vouchers/LIST/reservations/{}/confirm", order(i)),
-            None,
-        )
-        .await;
+        app.confirm("LIST", &order(i)).await;
     }
 
     // New reservations land between the pages, before and after the cursor.
@@ -452,11 +403,11 @@ async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flas
     let mut after: Option<String> = None;
     let mut pages = 0;
     loop {
-        let path = match &after {
-            None => "/vouchers/LIST/reservations?limit=37".to_owned(),
-            Some(c) => format!("/vouchers/LIST/reservations?limit=37&after={c}"),
+        let query = match &after {
+            None => vec![("limit", "37")],
+            Some(c) => vec![("limit", "37"), ("after", c.as_str())],
         };
-        let (status, page) = app.json("GET", &path, None).await;
+        let (status, page) = app.list_reservations("LIST", &query).await;
         assert_eq!(status, StatusCode::OK, "{page}");
         pages += 1;
         let items = page["items"].as_array().unwrap();
@@ -480,11 +431,7 @@ async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flas
 
     // Filters: by status and by customer, with every field of an item.
     let (_, page) = app
-        .json(
-            "GET",
-            "/vouchers/LIST/reservations?status=CONFIRMED&limit=100",
-            None,
-        )
+        .list_reservations("LIST", &[("status", "CONFIRMED"), ("limit", "100")])
         .await;
     let items = page["items"].as_array().unwrap();
     assert_eq!(items.len(), 100);
@@ -507,36 +454,30 @@ async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flas
         "{item}"
     );
     let (_, page) = app
-        .json(
-            "GET",
-            "/vouchers/LIST/reservations?customerId=3&limit=100",
-            None,
-        )
+        .list_reservations("LIST", &[("customerId", "3"), ("limit", "100")])
         .await;
     let mut of_three = page["items"].as_array().unwrap().len();
     let mut next = page["next"].as_str().map(str::to_owned);
     while let Some(c) = next {
         let (_, page) = app
-            .json(
-                "GET",
-                &format!("/vouchers/LIST/reservations?customerId=3&limit=100&after={c}"),
-                None,
+            .list_reservations(
+                "LIST",
+                &[("customerId", "3"), ("limit", "100"), ("after", &c)],
             )
             .await;
         of_three += page["items"].as_array().unwrap().len();
         next = page["next"].as_str().map(str::to_owned);
     }
     assert_eq!(of_three, (0..1_000).filter(|i| 1 + i % 7 == 3).count());
-    app.call("DELETE", "/vouchers/LIST/reservations/ord-0001", None)
-        .await;
+    app.release("LIST", "ord-0001").await;
     let (_, page) = app
-        .json("GET", "/vouchers/LIST/reservations?status=RELEASED", None)
+        .list_reservations("LIST", &[("status", "RELEASED")])
         .await;
     assert_eq!(page["items"][0]["releaseReason"], "CANCELLED");
     assert_eq!(page["items"].as_array().unwrap().len(), 1);
 
     // The vouchers, one per page.
-    let (_, first) = app.json("GET", "/vouchers?limit=2", None).await;
+    let (_, first) = app.list_vouchers(&[("limit", "2")]).await;
     let codes: Vec<&str> = first["items"]
         .as_array()
         .unwrap()
@@ -546,280 +487,72 @@ async fn listings_page_through_a_thousand_reservations_while_reserves_go_on(flas
     assert_eq!(codes, ["LIST", "LIST2"]);
     assert_eq!(first["items"][0]["usedCount"], 1_299);
     let next = first["next"].as_str().unwrap();
-    let (_, last) = app
-        .json("GET", &format!("/vouchers?limit=2&after={next}"), None)
-        .await;
+    let (_, last) = app.list_vouchers(&[("limit", "2"), ("after", next)]).await;
     assert_eq!(last["items"][0]["code"], "LIST3");
     assert!(last["next"].is_null());
-    let (status, empty) = app.json("GET", "/vouchers/LIST3/reservations", None).await;
+    let (status, empty) = app.list_reservations("LIST3", &[]).await;
     assert_eq!(
         (status, empty),
         (StatusCode::OK, json!({"items": [], "next": null}))
     );
 }
 
-async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_nothing(flash: bool) {
-    let app = spawn(flash).await;
+async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_nothing(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher("BAD", 10, json!({})).await;
     app.reserve("BAD", 1, "o1", 1_000).await;
     let before = app.snapshot().await;
-    // (method, path, body, status, error code, what the message must name)
-    type Case = (
-        &'static str,
-        String,
-        Option<Value>,
-        StatusCode,
-        &'static str,
-        &'static str,
-    );
-    let cases: Vec<Case> = vec![
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"totalLimit": 0})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"totalLimit": "ten"})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "totalLimit",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"perUserLimit": -1})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "perUserLimit",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"active": "no"})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "active",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"flashSale": true})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "flashSale",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"discountAmount": 1, "discountPercent": 5})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "discountPercent",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"maxDiscountAmount": 5})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "maxDiscountAmount",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"discountPercent": 0})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "discountPercent",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"endsAt": "2000-01-01T00:00:00Z"})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "endsAt",
-        ),
-        (
-            "PATCH",
-            "/vouchers/BAD".into(),
-            Some(json!({"startsAt": "yesterday"})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "startsAt",
-        ),
-        (
-            "PATCH",
-            "/vouchers/NOPE".into(),
-            Some(json!({"active": false})),
-            StatusCode::NOT_FOUND,
-            "VOUCHER_NOT_FOUND",
-            "NOPE",
-        ),
-        (
-            "POST",
-            "/vouchers/BAD/validations".into(),
-            Some(json!({"customerId": 0, "orderAmount": 1})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "POST",
-            "/vouchers/BAD/validations".into(),
-            Some(json!({"customerId": 1})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            "/vouchers/BAD/validations".into(),
-            Some(json!({"customerId": 1, "orderAmount": -5})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "orderAmount",
-        ),
-        (
-            "POST",
-            "/vouchers/b%20d/validations".into(),
-            Some(json!({"customerId": 1, "orderAmount": 5})),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "code",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(
-                json!({"code": "X", "discountAmount": 1, "discountPercent": 5, "totalLimit": 1, "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2027-01-01T00:00:00Z"}),
-            ),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "discountPercent",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(
-                json!({"code": "X", "totalLimit": 1, "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2027-01-01T00:00:00Z"}),
-            ),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "discountAmount",
-        ),
-        (
-            "POST",
-            "/vouchers".into(),
-            Some(
-                json!({"code": "X", "discountPercent": 101, "totalLimit": 1, "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2027-01-01T00:00:00Z"}),
-            ),
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "discountPercent",
-        ),
-        (
-            "GET",
-            "/vouchers?limit=0".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "limit",
-        ),
-        (
-            "GET",
-            "/vouchers?limit=101".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "limit",
-        ),
-        (
-            "GET",
-            "/vouchers?after=zzz".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "after",
-        ),
-        (
-            "GET",
-            "/vouchers?sort=code".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "sort",
-        ),
-        (
-            "GET",
-            "/vouchers/BAD/reservations?status=GONE".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "status",
-        ),
-        (
-            "GET",
-            "/vouchers/BAD/reservations?customerId=abc".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "customerId",
-        ),
-        (
-            "GET",
-            "/vouchers/BAD/reservations?limit=x".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "limit",
-        ),
-        (
-            "GET",
-            "/vouchers/BAD/reservations?after=bad".into(),
-            None,
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "after",
-        ),
-        (
-            "GET",
-            "/vouchers/NOPE/reservations".into(),
-            None,
-            StatusCode::NOT_FOUND,
-            "VOUCHER_NOT_FOUND",
-            "voucher",
-        ),
-        (
-            "DELETE",
-            "/vouchers".into(),
-            None,
-            StatusCode::METHOD_NOT_ALLOWED,
-            "METHOD_NOT_ALLOWED",
-            "DELETE",
-        ),
+    let patch = |code: &str, body: Value| Request::patch(path::voucher(code), body.to_string());
+    let validate =
+        |code: &str, body: Value| Request::post(path::validations(code), body.to_string());
+    let create = |body: Value| Request::post(path::vouchers(), body.to_string());
+    let vouchers = |query: &str| Request::get(format!("{}?{query}", path::vouchers()));
+    let reservations = |query: &str| Request::get(format!("{}?{query}", path::reservations("BAD")));
+    let (starts, ends) = ("2026-01-01T00:00:00Z", "2027-01-01T00:00:00Z");
+    let invalid = (StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    let not_found = (StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND");
+    // (case, request, (status, error code), what the message must name)
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Request, (StatusCode, &str), &str)> = vec![
+        ("patch: totalLimit zero", patch("BAD", json!({"totalLimit": 0})), invalid, "totalLimit"),
+        ("patch: totalLimit a word", patch("BAD", json!({"totalLimit": "ten"})), invalid, "totalLimit"),
+        ("patch: perUserLimit negative", patch("BAD", json!({"perUserLimit": -1})), invalid, "perUserLimit"),
+        ("patch: active a word", patch("BAD", json!({"active": "no"})), invalid, "active"),
+        ("patch: flashSale", patch("BAD", json!({"flashSale": true})), invalid, "flashSale"),
+        ("patch: amount and percent", patch("BAD", json!({"discountAmount": 1, "discountPercent": 5})), invalid, "discountPercent"),
+        ("patch: a cap without a percent", patch("BAD", json!({"maxDiscountAmount": 5})), invalid, "maxDiscountAmount"),
+        ("patch: discountPercent zero", patch("BAD", json!({"discountPercent": 0})), invalid, "discountPercent"),
+        ("patch: endsAt in the past", patch("BAD", json!({"endsAt": "2000-01-01T00:00:00Z"})), invalid, "endsAt"),
+        ("patch: startsAt not a time", patch("BAD", json!({"startsAt": "yesterday"})), invalid, "startsAt"),
+        ("patch: no such voucher", patch("NOPE", json!({"active": false})), not_found, "NOPE"),
+        ("validate: customerId zero", validate("BAD", json!({"customerId": 0, "orderAmount": 1})), invalid, "customerId"),
+        ("validate: no orderAmount", validate("BAD", json!({"customerId": 1})), invalid, "orderAmount"),
+        ("validate: orderAmount negative", validate("BAD", json!({"customerId": 1, "orderAmount": -5})), invalid, "orderAmount"),
+        ("validate: code with a space", validate("b%20d", json!({"customerId": 1, "orderAmount": 5})), invalid, "code"),
+        ("create: amount and percent", create(json!({"code": "X", "discountAmount": 1, "discountPercent": 5, "totalLimit": 1, "startsAt": starts, "endsAt": ends})), invalid, "discountPercent"),
+        ("create: no discount", create(json!({"code": "X", "totalLimit": 1, "startsAt": starts, "endsAt": ends})), invalid, "discountAmount"),
+        ("create: discountPercent past 100", create(json!({"code": "X", "discountPercent": 101, "totalLimit": 1, "startsAt": starts, "endsAt": ends})), invalid, "discountPercent"),
+        ("list vouchers: limit zero", vouchers("limit=0"), invalid, "limit"),
+        ("list vouchers: limit past 100", vouchers("limit=101"), invalid, "limit"),
+        ("list vouchers: not a cursor", vouchers("after=zzz"), invalid, "after"),
+        ("list vouchers: unknown parameter", vouchers("sort=code"), invalid, "sort"),
+        ("list reservations: unknown status", reservations("status=GONE"), invalid, "status"),
+        ("list reservations: customerId a word", reservations("customerId=abc"), invalid, "customerId"),
+        ("list reservations: limit a word", reservations("limit=x"), invalid, "limit"),
+        ("list reservations: not a cursor", reservations("after=bad"), invalid, "after"),
+        ("list reservations: no such voucher", Request::get(path::reservations("NOPE")), not_found, "voucher"),
+        ("DELETE on vouchers", Request::delete(path::vouchers()), (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"), "DELETE"),
     ];
-    for (method, path, body, status, error, names) in cases {
-        let (got, text) = app
-            .call(
-                method,
-                &path,
-                body.as_ref().map(|b| b.to_string()).as_deref(),
-            )
-            .await;
+    for (case, request, (status, error), names) in cases {
+        let (got, text) = app.send(&request).await;
         assert_eq!(
             (got, error_of(&text).as_str()),
             (status, error),
-            "{method} {path}: {text}"
+            "{case} ({request}): {text}"
         );
         assert!(
             text.contains(names),
-            "{method} {path}: {text} should name {names}"
+            "{case} ({request}): {text} should name {names}"
         );
     }
     // A cursor of the voucher listing (a real one, from a page that has a next) is no cursor of
@@ -827,17 +560,11 @@ async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_no
     assert_eq!(app.snapshot().await, before, "nothing written");
     app.voucher("BAD2", 1, json!({})).await;
     let before = app.snapshot().await;
-    let (_, page) = app.json("GET", "/vouchers?limit=1", None).await;
+    let (_, page) = app.list_vouchers(&[("limit", "1")]).await;
     let cursor = page["next"].as_str().expect("two vouchers, one per page");
-    let (status, body) = app
-        .call(
-            "GET",
-            &format!("/vouchers/BAD/reservations?after={cursor}"),
-            None,
-        )
-        .await;
+    let (status, body) = app.list_reservations("BAD", &[("after", cursor)]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(body.contains("after"), "{body}");
+    assert!(body.to_string().contains("after"), "{body}");
     assert_eq!(app.snapshot().await, before, "nothing written");
 }
 
@@ -845,7 +572,7 @@ async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_no
 /// write, mode B with the event on the queue) counts: the limit may not go below it.
 #[tokio::test]
 async fn a_lower_limit_counts_the_uses_still_on_their_way_to_the_database() {
-    let app = spawn(true).await;
+    let app = spawn(Mode::flash().slots(8).grouped()).await;
     app.voucher("FLYING", 3, json!({})).await;
     assert_eq!(
         app.reserve("FLYING", 1, "landed", 1_000).await.0,
@@ -863,7 +590,7 @@ async fn a_lower_limit_counts_the_uses_still_on_their_way_to_the_database() {
     );
 
     let before = app.snapshot().await;
-    let (status, body) = patch(&app, "FLYING", json!({"totalLimit": 1})).await;
+    let (status, body) = app.patch_voucher("FLYING", json!({"totalLimit": 1})).await;
     assert_eq!(
         (status, &body["error"]),
         (StatusCode::CONFLICT, &json!("LIMIT_BELOW_USED")),
@@ -875,7 +602,7 @@ async fn a_lower_limit_counts_the_uses_still_on_their_way_to_the_database() {
         Some(1),
         "the gate kept its count"
     );
-    let (status, body) = patch(&app, "FLYING", json!({"totalLimit": 2})).await;
+    let (status, body) = app.patch_voucher("FLYING", json!({"totalLimit": 2})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(app.gate_remaining("FLYING").await, Some(0));
     assert_eq!(
@@ -899,7 +626,9 @@ async fn a_flash_voucher_does_not_change_while_its_gate_is_unreachable() {
     app.voucher("DARK", 5, json!({})).await;
     let before = app.snapshot().await;
     app.redis_proxy().set_up(false);
-    let (status, body) = patch(&app, "DARK", json!({"totalLimit": 1, "active": false})).await;
+    let (status, body) = app
+        .patch_voucher("DARK", json!({"totalLimit": 1, "active": false}))
+        .await;
     assert_eq!(
         (status, &body["error"]),
         (StatusCode::SERVICE_UNAVAILABLE, &json!("UNAVAILABLE")),
@@ -915,9 +644,9 @@ async fn a_flash_voucher_does_not_change_while_its_gate_is_unreachable() {
 /// brings its rules to Postgres' own, but never over newer ones.
 #[tokio::test]
 async fn the_sweep_brings_the_gates_rules_to_the_databases() {
-    let app = spawn(true).await;
+    let app = spawn(Mode::flash().slots(8).grouped()).await;
     app.voucher("SYNC", 5, json!({})).await;
-    let (status, _) = patch(&app, "SYNC", json!({"perUserLimit": 3})).await;
+    let (status, _) = app.patch_voucher("SYNC", json!({"perUserLimit": 3})).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         app.gate_meta("SYNC", "per_user").await.as_deref(),

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -137,8 +138,7 @@ async fn run(
                 }
             }
             Op::Confirm(order) => {
-                let path = format!("/vouchers/{code}/reservations/{}/confirm", order_id(order));
-                let (status, body) = app.call("POST", &path, None).await;
+                let (status, body) = app.confirm(code, &order_id(order)).await;
                 let expected = match r.rows.get(&order).map(|x| x.1) {
                     None => StatusCode::NOT_FOUND,
                     Some(St::Released) => StatusCode::CONFLICT,
@@ -150,8 +150,7 @@ async fn run(
                 }
             }
             Op::Release(order) => {
-                let path = format!("/vouchers/{code}/reservations/{}", order_id(order));
-                let (status, body) = app.call("DELETE", &path, None).await;
+                let (status, body) = app.release(code, &order_id(order)).await;
                 let expected = match r.rows.get_mut(&order) {
                     None => StatusCode::NOT_FOUND,
                     Some(row) => {
@@ -176,13 +175,7 @@ async fn run(
                 }
             }
             Op::SetLimit(n) => {
-                let (status, body) = app
-                    .json(
-                        "PATCH",
-                        &format!("/vouchers/{code}"),
-                        Some(json!({"totalLimit": n})),
-                    )
-                    .await;
+                let (status, body) = app.patch_voucher(code, json!({"totalLimit": n})).await;
                 let expected = if n < 1 {
                     StatusCode::BAD_REQUEST
                 } else if n < r.used() {
@@ -194,13 +187,7 @@ async fn run(
                 check(status == expected, format!("{at}: {status} {body}"))?;
             }
             Op::Validate(customer) => {
-                let (status, body) = app
-                    .json(
-                        "POST",
-                        &format!("/vouchers/{code}/validations"),
-                        Some(json!({"customerId": customer, "orderAmount": 1_000})),
-                    )
-                    .await;
+                let (status, body) = app.validate(code, customer, 1_000).await;
                 let got = body["error"].as_str().unwrap_or("ELIGIBLE").to_owned();
                 let expected = r.refusal(customer).unwrap_or("ELIGIBLE");
                 check(
@@ -252,7 +239,7 @@ fn random_sequences_agree_with_the_reference(flash: bool) {
         TestApp::builder()
             .flash(flash)
             .counter_slots(2)
-            .setting("SOLD_OUT_CACHE_MS", "0")
+            .configure(|s| s.reservations.sold_out_ttl = Duration::ZERO)
             .spawn(),
     );
     let cases = AtomicUsize::new(0);

@@ -189,13 +189,7 @@ async fn a_storm_of_releases_and_re_reserves_near_sold_out_never_refuses_nor_exc
                     .entry(format!("{status} {}", error_of(&body)))
                     .or_insert(0) += 1;
                 if status == StatusCode::CREATED {
-                    let (status, _) = app
-                        .call(
-                            "DELETE",
-                            &format!("/vouchers/STORM/reservations/{order}"),
-                            None,
-                        )
-                        .await;
+                    let (status, _) = app.release("STORM", &order).await;
                     assert_eq!(status, StatusCode::NO_CONTENT);
                 }
             }
@@ -240,13 +234,7 @@ async fn expiry_and_the_sweeper_return_each_use_to_its_own_slot() {
         }
         // Confirm a third of them: their uses stay where they were taken.
         for i in (3..=12).step_by(3) {
-            let (status, _) = app
-                .call(
-                    "POST",
-                    &format!("/vouchers/HOME/reservations/o{i}/confirm"),
-                    None,
-                )
-                .await;
+            let (status, _) = app.confirm("HOME", &format!("o{i}")).await;
             assert_eq!(status, StatusCode::OK);
         }
         let per_slot = |rows: Vec<tokio_postgres::Row>| {

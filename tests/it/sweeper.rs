@@ -37,9 +37,7 @@ async fn expired_uses_come_back(flash: bool) {
     if flash {
         assert_eq!(app.gate_remaining("BRIEF").await, Some(3));
     }
-    let (_, r) = app
-        .json("GET", "/vouchers/BRIEF/reservations/o1", None)
-        .await;
+    let (_, r) = app.get_reservation("BRIEF", "o1").await;
     assert_eq!(r["status"], "RELEASED");
     // The same customers come back with new orderIds.
     for i in 1..=3 {
@@ -127,7 +125,7 @@ async fn two_sweeps_at_once_release_each_of_5000_once() {
 async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
     let app = TestApp::builder()
         .flash(true)
-        .setting("ORPHAN_GRACE_SECONDS", "0")
+        .configure(|s| s.sweep.orphan_grace = Duration::ZERO)
         .spawn()
         .await;
     app.voucher("ORPH", 5, json!({"reservationTtlSeconds": 1}))
@@ -161,9 +159,7 @@ async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
         Some(4),
         "the orphan's use is back; the young one is held"
     );
-    let (_, r) = app
-        .json("GET", "/vouchers/ORPH/reservations/lost", None)
-        .await;
+    let (_, r) = app.get_reservation("ORPH", "lost").await;
     assert_eq!(r["status"], "RELEASED");
     let amount: i64 = app
         .db
@@ -362,9 +358,7 @@ async fn a_failed_gate_release_is_finished_by_the_sweep() {
         StatusCode::CREATED
     );
     app.redis_proxy().set_up(false);
-    let (status, _) = app
-        .call("DELETE", "/vouchers/LOST/reservations/o1", None)
-        .await;
+    let (status, _) = app.release("LOST", "o1").await;
     assert_eq!(status, StatusCode::NO_CONTENT, "released in Postgres");
     app.redis_proxy().set_up(true);
     let (status, body) = app.reserve("LOST", 7, "o2", 10).await;

@@ -1,25 +1,42 @@
 //! A server of the service for one test, on the test's own database and Redis key prefix.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::gate::GateMeta;
 use shared::gate::Keys;
-use shared::{server, App};
+use shared::{server, App, Settings};
 use tokio::sync::oneshot;
 
 use super::{
-    create_queues, fauxqs_endpoint, kafka_brokers, postgres_base, redis_url, settings,
-    sqs_endpoint, unique_name, voucher_code, Cleanup, Proxy,
+    create_queues, fauxqs_endpoint, kafka_brokers, postgres_base, redis_url, sqs_endpoint,
+    unique_name, voucher_code, Broker, Cleanup, Mode, Proxy,
 };
 
-/// Starts one more server, HTTP only, on exactly `vars` (a second process with another set-up,
-/// e.g. a dead dependency), and returns its base URL. It has no database of its own: one it
-/// shares goes with the test that made it.
-pub async fn serve_with(vars: &[(&str, &str)]) -> String {
-    let app = App::new(&settings(vars)).unwrap();
+/// The service's built-in defaults (nothing from the environment), with what every test
+/// server changes: a free port, no background sweep, patient timeouts.
+fn test_defaults() -> Settings {
+    let mut s = super::settings::<&str, &str>(&[]);
+    s.server.port = 0;
+    // Thousands of requests queue for a handful of connections in the load tests.
+    s.database.timeout = Duration::from_secs(30);
+    s.database.pool_size = 8;
+    // A debug build serving 2,000 requests at once on 2 cores can starve the Redis driver task
+    // for longer than the production default; fault tests set their own.
+    s.redis.timeout = Duration::from_secs(5);
+    // Tests sweep when they mean to.
+    s.sweep.interval = Duration::ZERO;
+    s
+}
+
+/// Starts one more server, HTTP only, on the service's built-in defaults as `configure` leaves
+/// them (a second process with another set-up, e.g. a dead dependency), and returns its base
+/// URL. It has no database of its own: one it shares goes with the test that made it.
+pub async fn serve_with(configure: impl FnOnce(&mut Settings)) -> String {
+    let mut settings = super::settings::<&str, &str>(&[]);
+    configure(&mut settings);
+    let app = App::new(&settings).unwrap();
     let (listener, addr) = server::bind("127.0.0.1", 0).await.unwrap();
     tokio::spawn(server::serve(
         listener,
@@ -30,8 +47,11 @@ pub async fn serve_with(vars: &[(&str, &str)]) -> String {
     format!("http://{addr}")
 }
 
+/// A change of the settings ([`TestAppBuilder::configure`]).
+type Configure = Box<dyn FnOnce(&mut Settings) + Send>;
+
 /// How a [`TestApp`] is set up: the harness's own switches as methods, and the service's
-/// settings by name on top of the test defaults.
+/// settings through [`TestAppBuilder::configure`] on top of the test defaults.
 #[must_use = "a builder does nothing until spawned"]
 pub struct TestAppBuilder {
     flash: bool,
@@ -45,7 +65,7 @@ pub struct TestAppBuilder {
     /// Reads of Postgres wait for the voucher's events to land ([`TestApp::settle`]): the
     /// contract tests in mode B, which compare Postgres with what the API answered.
     settle_reads: bool,
-    settings: Vec<(String, String)>,
+    configure: Vec<Configure>,
 }
 
 impl TestAppBuilder {
@@ -62,12 +82,12 @@ impl TestAppBuilder {
         self
     }
 
-    /// The contract tests' mode: flash or standard, the counter slots, group commit.
+    /// A test's [`Mode`]: flash or standard, the counter slots, group commit, mode B.
     pub fn mode(self, mode: Mode) -> Self {
-        let mut builder = self.flash(mode.flash).counter_slots(mode.slots);
-        if mode.group_commit {
-            builder = builder.setting("GROUP_COMMIT_MAX", "32");
-        }
+        let mut builder = self
+            .flash(mode.flash)
+            .counter_slots(mode.slots)
+            .configure(move |s| s.reservations.group_commit_max = mode.group_commit_max);
         builder.settle_reads = mode.mode_b.is_some();
         match mode.mode_b {
             None => builder,
@@ -112,10 +132,10 @@ impl TestAppBuilder {
         self
     }
 
-    /// A service setting, as its environment variable would give it; it overrides the test
-    /// defaults.
-    pub fn setting(mut self, name: &str, value: impl Into<String>) -> Self {
-        self.settings.push((name.to_owned(), value.into()));
+    /// Changes the service's settings, after the test defaults and the harness's switches
+    /// (the proxies and mode B's queue are put in front of what it leaves).
+    pub fn configure(mut self, change: impl FnOnce(&mut Settings) + Send + 'static) -> Self {
+        self.configure.push(Box::new(change));
         self
     }
 
@@ -129,73 +149,60 @@ impl TestAppBuilder {
         // Made before anything is created, so a failure below still cleans up.
         let mut cleanup = Cleanup::database(&db_name);
 
-        let mut vars: BTreeMap<String, String> = [
-            ("REDIS_URL", redis_url()),
-            ("REDIS_KEY_PREFIX", key_prefix.clone()),
-            ("DATABASE_URL", db_url.clone()),
-            ("PORT", "0".into()),
-            // Thousands of requests queue for a handful of connections in the load tests.
-            ("DATABASE_TIMEOUT_MS", "30000".into()),
-            ("DATABASE_POOL_SIZE", "8".into()),
-            // A debug build serving 2,000 requests at once on 2 cores can starve the Redis
-            // driver task for longer than the production default; fault tests set their own.
-            ("REDIS_TIMEOUT_MS", "5000".into()),
-            // Tests sweep when they mean to.
-            ("SWEEP_INTERVAL_SECONDS", "0".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+        let mut settings = test_defaults();
+        settings.database.url = db_url.clone().into();
+        settings.redis.url = redis_url();
+        settings.redis.key_prefix = key_prefix.clone();
         if self.events.is_some() {
             // The local SQS is a single Python process: slow under a burst, not down.
-            vars.insert("EVENTS_TIMEOUT_MS".into(), "20000".into());
+            settings.events.timeout = Duration::from_secs(20);
         }
         if let Some(brokers) = &self.kafka {
-            for (name, value) in [
-                ("KAFKA_BROKERS", brokers.clone()),
-                ("KAFKA_TOPIC", db_name.clone()),
-                ("KAFKA_DLQ_TOPIC", format!("{db_name}-dlq")),
-                ("KAFKA_GROUP", db_name.clone()),
-                ("KAFKA_PARTITIONS", "4".into()),
-                // The local broker misreports the end offset of a multi-record batch, and the
-                // warm-up reads it (docs/BENCHMARKS.md, "Kafka locally").
-                ("KAFKA_BATCH_MESSAGES", "1".into()),
-                // A consumer-group join waits about half of it on the local broker.
-                ("KAFKA_SESSION_TIMEOUT_MS", "2000".into()),
-                ("EVENTS_TIMEOUT_MS", "5000".into()),
-            ] {
-                vars.insert(name.into(), value);
-            }
+            let mut kafka = super::settings(&[("KAFKA_BROKERS", brokers)])
+                .events
+                .kafka
+                .expect("Kafka settings");
+            kafka.topic = db_name.clone();
+            kafka.dlq_topic = format!("{db_name}-dlq");
+            kafka.group = db_name.clone();
+            kafka.partitions = 4;
+            // The local broker misreports the end offset of a multi-record batch, and the
+            // warm-up reads it (docs/BENCHMARKS.md, "Kafka locally").
+            kafka.batch_messages = 1;
+            // A consumer-group join waits about half of it on the local broker.
+            kafka.session_timeout_ms = 2000;
+            settings.events.kafka = Some(kafka);
+            settings.events.timeout = Duration::from_secs(5);
         }
-        vars.extend(self.settings);
+        for configure in self.configure {
+            configure(&mut settings);
+        }
 
         let pg_proxy = if self.pg_proxy {
-            let (target, through) = via_proxy(&vars["DATABASE_URL"]);
+            let (target, through) = via_proxy(settings.database.url());
             let proxy = Proxy::start(&target).await;
-            vars.insert("DATABASE_URL".into(), through(proxy.addr));
+            settings.database.url = through(proxy.addr).into();
             Some(proxy)
         } else {
             None
         };
         let redis_proxy = if self.redis_proxy {
-            let (target, through) = via_proxy(&vars["REDIS_URL"]);
+            let (target, through) = via_proxy(&settings.redis.url);
             let proxy = Proxy::start(&target).await;
-            vars.insert("REDIS_URL".into(), through(proxy.addr));
+            settings.redis.url = through(proxy.addr);
             Some(proxy)
         } else {
             None
         };
         let queues = if let Some((endpoint, max_receive)) = &self.events {
             let (queue, dlq) = create_queues(endpoint, &db_name, *max_receive).await;
-            vars.insert("EVENTS_QUEUE_URL".into(), queue.clone());
-            vars.insert("SQS_ENDPOINT_URL".into(), endpoint.clone());
+            settings.events.queue_url = Some(queue.clone());
+            settings.events.sqs_endpoint_url = Some(endpoint.clone());
             Some((queue, dlq))
         } else {
             None
         };
 
-        let vars: Vec<(String, String)> = vars.into_iter().collect();
-        let settings = settings(&vars);
         // Its keys are on the test Redis, or on the cluster's nodes.
         let mut nodes = vec![redis_url()];
         if settings.redis.cluster {
@@ -292,7 +299,7 @@ impl TestApp {
             events: None,
             kafka: None,
             settle_reads: false,
-            settings: Vec::new(),
+            configure: Vec::new(),
         }
     }
 
@@ -305,7 +312,7 @@ impl TestApp {
         Self::builder().flash(flash).spawn().await
     }
 
-    /// A server for one of the contract tests' modes.
+    /// A server in this mode.
     pub async fn spawn_in(mode: Mode) -> TestApp {
         Self::builder().mode(mode).spawn().await
     }
@@ -418,32 +425,16 @@ impl TestApp {
         for (k, v) in overrides.as_object().into_iter().flatten() {
             body[k] = v.clone();
         }
-        let (status, view) = self.json("POST", "/vouchers", Some(body)).await;
+        let (status, view) = self.create_voucher(body).await;
         assert_eq!(status, StatusCode::CREATED, "create voucher: {view}");
         view
-    }
-
-    pub async fn reserve(
-        &self,
-        code: &str,
-        customer: i64,
-        order: &str,
-        amount: i64,
-    ) -> (StatusCode, String) {
-        let body = json!({"customerId": customer, "orderId": order, "orderAmount": amount});
-        self.call(
-            "POST",
-            &format!("/vouchers/{code}/reservations"),
-            Some(&body.to_string()),
-        )
-        .await
     }
 
     pub async fn view(&self, code: &str) -> Value {
         if self.settle_reads {
             self.settle(code).await;
         }
-        let (status, v) = self.json("GET", &format!("/vouchers/{code}"), None).await;
+        let (status, v) = self.get_voucher(code).await;
         assert_eq!(status, StatusCode::OK, "{v}");
         v
     }
@@ -624,26 +615,6 @@ impl TestApp {
             customer_counter_sum: row.get(4),
         }
     }
-}
-
-/// How the contract tests run: on standard or flash-sale vouchers, with the limit in one
-/// counter slot or split across several, mode A's winners written one by one or by group
-/// commit.
-#[derive(Debug, Clone, Copy)]
-pub struct Mode {
-    pub flash: bool,
-    pub slots: i64,
-    pub group_commit: bool,
-    /// Mode B, on this broker (None: mode A).
-    pub mode_b: Option<Broker>,
-}
-
-/// What carries mode B's events in a contract test.
-#[derive(Debug, Clone, Copy)]
-pub enum Broker {
-    Kafka,
-    /// SQS, on the fast local emulator (fauxqs): the contract tests send thousands of events.
-    Sqs,
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -5,13 +5,17 @@
 mod app;
 mod cleanup;
 mod helpers;
+mod modes;
 mod proxy;
+mod routes;
 mod sqs;
 
-pub use app::{serve_with, Broker, Mode, TestApp};
+pub use app::{serve_with, TestApp};
 pub use cleanup::Cleanup;
 pub use helpers::{error_of, reserve_req, settings, unique_name, voucher_code, wait_for};
+pub use modes::{Broker, Mode};
 pub use proxy::Proxy;
+pub use routes::{path, Request};
 pub use sqs::create_queues;
 
 /// Postgres server for tests, without a database name: each test appends its own.
