@@ -3,8 +3,8 @@
 //! Lambda function run the same code.
 //!
 //! Standard vouchers are decided by Postgres alone (`fg_reserve`, one round trip). Flash-sale
-//! vouchers are decided by the Redis gate ([`flash`]), the winner then written to Postgres with
-//! the merge (mode A) or sent as an event (mode B). [`warmup`] loads a flash voucher into the
+//! vouchers are decided by the Redis gate (`flash`), the winner then written to Postgres with
+//! the merge (mode A) or sent as an event (mode B). `warmup` loads a flash voucher into the
 //! gate. See docs/ARCHITECTURE.md, "Standard mode" and "Flash-sale mode".
 
 mod flash;

@@ -5,11 +5,11 @@
 //! 1. **expire**: RESERVED past `expiresAt` are released in Postgres in bounded batches
 //!    (`fg_expire`: `FOR UPDATE SKIP LOCKED`, counters in the same transaction), then their uses
 //!    go back to the gate for flash vouchers;
-//! 2. **orphans** ([`orphans`]): orders pending in a gate for longer than TTL + grace with no
+//! 2. **orphans** (`orphans`): orders pending in a gate for longer than TTL + grace with no
 //!    Postgres row (the process died between gate and Postgres, or the event was lost) are
 //!    written as RELEASED tombstones in Postgres first, then released in the gate; pending
 //!    orders that Postgres has are just cleared;
-//! 3. **reconcile** ([`reconcile`]): each loaded gate's rules are brought to Postgres' (after a
+//! 3. **reconcile** (`reconcile`): each loaded gate's rules are brought to Postgres' (after a
 //!    change of the voucher whose last gate step failed), and its `remaining` is compared with
 //!    `total_limit - uses held - pending not yet in Postgres`; drift is reported, and repaired
 //!    only when nothing is in flight and the figures hold still across two reads;
