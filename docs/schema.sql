@@ -49,7 +49,7 @@ CREATE FUNCTION public.fg_discount(p_amount bigint, p_fixed bigint, p_percent sm
     LANGUAGE sql IMMUTABLE
     AS $$
     -- LEAST ignores a NULL cap.
-    SELECT CASE WHEN p_percent IS NULL THEN p_fixed
+    SELECT CASE WHEN p_percent IS NULL THEN LEAST(p_fixed, p_amount)
                 ELSE LEAST(p_amount * p_percent / 100, p_cap) END;
 $$;
 

@@ -28,11 +28,14 @@ local function rules_refusal(r, remaining, uses, amount, now)
   return nil
 end
 
--- The discount of an order of `amount`, as a decimal string: fg_discount's rule. Lua numbers are
--- doubles, exact only up to 2^53, and amount * percent can reach 10^17; so the amount is split
--- into hundreds and the rest, each product staying exact.
+-- The discount of an order of `amount`, as a decimal string: fg_discount's rule (a fixed amount
+-- never more than the order). Lua numbers are doubles, exact only up to 2^53, and amount * percent
+-- can reach 10^17; so the amount is split into hundreds and the rest, each product staying exact.
 local function rules_discount(r, amount)
   if r.percent == '' then
+    if tonumber(r.discount) > amount then
+      return string.format('%.0f', amount)
+    end
     return r.discount
   end
   local percent = tonumber(r.percent)

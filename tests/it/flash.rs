@@ -23,7 +23,7 @@ async fn every_script_outcome(gate: Gate) {
     .unwrap();
     let now = Utc::now().timestamp_millis();
     let meta = GateMeta {
-        discount: Discount::Fixed(500),
+        discount: Discount::Fixed(50),
         min_order: 100,
         starts_ms: now - 3_600_000,
         ends_ms: now + 3_600_000,
@@ -52,7 +52,7 @@ async fn every_script_outcome(gate: Gate) {
         customer_id: 1,
         reserved_ms: now,
         expires_ms: now + 60_000,
-        discount: 500,
+        discount: 50,
     };
     assert_eq!(
         reserve(1, "o1", 100, now).await,
@@ -273,6 +273,7 @@ async fn redis_down_fails_flash_fast_and_leaves_standard_alone() {
     let resp = app
         .http
         .post(app.url(&path::reservations("FLASHY")))
+        .header("content-type", "application/json")
         .body(r#"{"customerId":2,"orderId":"o2","orderAmount":10}"#)
         .send()
         .await
@@ -320,6 +321,7 @@ async fn a_redis_that_never_answers_times_out_within_a_second() {
     let resp = app
         .http
         .post(format!("{other}{}", path::reservations("FLASHY")))
+        .header("content-type", "application/json")
         .body(r#"{"customerId":2,"orderId":"o2","orderAmount":10}"#)
         .send()
         .await

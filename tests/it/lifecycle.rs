@@ -14,6 +14,7 @@ crate::in_modes!(
         a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working,
         a_new_discount_applies_to_new_reservations_only,
         percentages_round_down_and_stop_at_the_cap,
+        a_fixed_discount_never_exceeds_the_order_amount,
         a_validation_answers_as_a_reserve_would_and_takes_nothing,
         listings_page_through_a_thousand_reservations_while_reserves_go_on,
         bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_nothing,
@@ -294,6 +295,42 @@ async fn percentages_round_down_and_stop_at_the_cap(mode: Mode) {
     assert!(view.get("discountAmount").is_none());
 }
 
+async fn a_fixed_discount_never_exceeds_the_order_amount(mode: Mode) {
+    let app = spawn(mode).await;
+    app.voucher(
+        "FIX",
+        100,
+        json!({"discountAmount": 100_000, "perUserLimit": 100}),
+    )
+    .await;
+    // (amount, discount): 100,000 off an order of 500 is 500 off, in SQL and in the gate alike.
+    let cases = [
+        (0_i64, 0_i64),
+        (500, 500),
+        (99_999, 99_999),
+        (100_000, 100_000),
+        (100_001, 100_000),
+    ];
+    for (i, (amount, discount)) in cases.into_iter().enumerate() {
+        let (status, v) = app.validate("FIX", 1, amount).await;
+        assert_eq!(
+            (status, &v["discountAmount"]),
+            (StatusCode::OK, &json!(discount)),
+            "validate {amount}"
+        );
+        let (status, body) = app.reserve("FIX", 1, &format!("f{i}"), amount).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let r: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(r["discountAmount"], discount, "reserve {amount}");
+        let (status, r) = app.confirm("FIX", &format!("f{i}")).await;
+        assert_eq!(
+            (status, &r["discountAmount"]),
+            (StatusCode::OK, &json!(discount)),
+            "confirm {amount}"
+        );
+    }
+}
+
 async fn a_validation_answers_as_a_reserve_would_and_takes_nothing(mode: Mode) {
     let app = spawn(mode).await;
     app.voucher(
@@ -524,12 +561,14 @@ async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_no
         ("patch: discountPercent zero", patch("BAD", json!({"discountPercent": 0})), invalid, "discountPercent"),
         ("patch: endsAt in the past", patch("BAD", json!({"endsAt": "2000-01-01T00:00:00Z"})), invalid, "endsAt"),
         ("patch: startsAt not a time", patch("BAD", json!({"startsAt": "yesterday"})), invalid, "startsAt"),
+        ("patch: endsAt past year 9999", patch("BAD", json!({"endsAt": "+10000-01-01T00:00:00Z"})), invalid, "endsAt"),
         ("patch: no such voucher", patch("NOPE", json!({"active": false})), not_found, "NOPE"),
         ("validate: customerId zero", validate("BAD", json!({"customerId": 0, "orderAmount": 1})), invalid, "customerId"),
         ("validate: no orderAmount", validate("BAD", json!({"customerId": 1})), invalid, "orderAmount"),
         ("validate: orderAmount negative", validate("BAD", json!({"customerId": 1, "orderAmount": -5})), invalid, "orderAmount"),
         ("validate: code with a space", validate("b%20d", json!({"customerId": 1, "orderAmount": 5})), invalid, "code"),
         ("create: amount and percent", create(json!({"code": "X", "discountAmount": 1, "discountPercent": 5, "totalLimit": 1, "startsAt": starts, "endsAt": ends})), invalid, "discountPercent"),
+        ("create: startsAt before year 1", create(json!({"code": "X", "discountAmount": 1, "totalLimit": 1, "startsAt": "-5000-01-01T00:00:00Z", "endsAt": ends})), invalid, "startsAt"),
         ("create: no discount", create(json!({"code": "X", "totalLimit": 1, "startsAt": starts, "endsAt": ends})), invalid, "discountAmount"),
         ("create: discountPercent past 100", create(json!({"code": "X", "discountPercent": 101, "totalLimit": 1, "startsAt": starts, "endsAt": ends})), invalid, "discountPercent"),
         ("list vouchers: limit zero", vouchers("limit=0"), invalid, "limit"),

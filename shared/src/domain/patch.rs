@@ -5,8 +5,9 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::discount::percent_of;
+use super::time::instant;
 use super::voucher::in_range;
-use super::{amount, millis, Discount, Invalid, VoucherRules, MAX_TOTAL_LIMIT};
+use super::{amount, Discount, Invalid, VoucherRules, MAX_TOTAL_LIMIT};
 
 /// `PATCH /vouchers/{code}` body, as received: every field optional, none may be `null` but
 /// `maxDiscountAmount`, where `null` removes the cap (hence the double Option: absent, null, a
@@ -86,8 +87,8 @@ impl TryFrom<PatchVoucherRequest> for VoucherPatch {
                 .per_user_limit
                 .map(|v| in_range("perUserLimit", v, 1, i32::MAX as i64))
                 .transpose()?,
-            starts_at: r.starts_at.map(millis),
-            ends_at: r.ends_at.map(millis),
+            starts_at: r.starts_at.map(|t| instant("startsAt", t)).transpose()?,
+            ends_at: r.ends_at.map(|t| instant("endsAt", t)).transpose()?,
             active: r.active,
             discount_amount: r
                 .discount_amount

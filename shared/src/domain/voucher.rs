@@ -4,7 +4,8 @@
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::{amount, millis, Discount, Invalid, VoucherCode};
+use super::time::instant;
+use super::{amount, Discount, Invalid, VoucherCode};
 
 pub const MAX_TOTAL_LIMIT: i64 = 1_000_000_000;
 pub const MAX_TTL_SECONDS: i64 = 7 * 24 * 3600;
@@ -104,6 +105,8 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
         let code = VoucherCode::parse(&r.code)?;
         let discount =
             Discount::parse(r.discount_amount, r.discount_percent, r.max_discount_amount)?;
+        let starts_at = instant("startsAt", r.starts_at)?;
+        let ends_at = instant("endsAt", r.ends_at)?;
         if r.ends_at <= r.starts_at {
             return Err(Invalid::new("endsAt", "must be after startsAt"));
         }
@@ -125,8 +128,8 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
                 min_order_amount: amount("minOrderAmount", r.min_order_amount)?,
                 total_limit,
                 per_user_limit: in_range("perUserLimit", r.per_user_limit, 1, i32::MAX as i64)?,
-                starts_at: millis(r.starts_at),
-                ends_at: millis(r.ends_at),
+                starts_at,
+                ends_at,
                 active: r.active,
             },
             flash_sale: r.flash_sale,
