@@ -4,7 +4,10 @@
 //! commit for the batch), each message with the lattice merge (`fg_merge`, `revoke = true`) in
 //! a savepoint of its own: a duplicate, a late event after a release or expiry, or events in any
 //! order change nothing twice, and a message that fails (bad JSON, an unknown voucher, a panic,
-//! a deadlock with another batch) fails alone, as poison (never lands) or to retry. The consumer
+//! a deadlock with another batch) fails alone, as poison (never lands) or to retry. Poison is
+//! what no retry can change: an event that does not parse or holds values out of the tables'
+//! ranges, an unknown voucher, a value or constraint Postgres refuses (`store::never_passes`);
+//! it goes to the dead letters at once. The consumer
 //! is an `events::Sink`: each transport turns those answers into its own (SQS: the failed
 //! message ids; Kafka: the dead-letter topic, or the offset to read again). With Postgres down,
 //! the whole batch fails and comes back.
@@ -19,12 +22,12 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use crate::domain::{OrderId, Status, VoucherCode};
+use crate::domain::{amount, customer_id, instant_ms, Invalid, OrderId, Status, VoucherCode};
 pub use crate::errors::ConsumeError;
 use crate::errors::StoreError;
 use crate::events::{Landing, ReservedEvent, Sink, EVENT_TYPE, EVENT_VERSION};
 use crate::gate::{Gate, Removal};
-use crate::store::{is_unknown_voucher, Merge, MergeOutcome, Merged, Store, MERGE_BATCH_MAX};
+use crate::store::{never_passes, Merge, MergeOutcome, Merged, Store, MERGE_BATCH_MAX};
 use crate::telemetry::{emit_metrics, Chain, Unit};
 
 /// What one event did.
@@ -56,8 +59,22 @@ pub fn parse(body: &str) -> Result<ReservedEvent, ConsumeError> {
             event.kind, event.version
         )));
     }
-    VoucherCode::parse(&event.code).map_err(|e| ConsumeError::Poison(e.to_string()))?;
-    OrderId::parse(&event.order_id).map_err(|e| ConsumeError::Poison(e.to_string()))?;
+    let poison = |e: Invalid| ConsumeError::Poison(e.to_string());
+    VoucherCode::parse(&event.code).map_err(poison)?;
+    OrderId::parse(&event.order_id).map_err(poison)?;
+    // The ranges the tables hold, checked here so that a bad event is named as such and goes
+    // to the dead letters at once instead of failing in Postgres.
+    customer_id("customerId", event.customer_id).map_err(poison)?;
+    amount("orderAmount", event.order_amount).map_err(poison)?;
+    amount("discountAmount", event.discount_amount).map_err(poison)?;
+    instant_ms("reservedAtMs", event.reserved_at_ms).map_err(poison)?;
+    instant_ms("expiresAtMs", event.expires_at_ms).map_err(poison)?;
+    if event.expires_at_ms <= event.reserved_at_ms {
+        return Err(poison(Invalid::new(
+            "expiresAtMs",
+            "must be after reservedAtMs",
+        )));
+    }
     Ok(event)
 }
 
@@ -146,8 +163,9 @@ impl Consumer {
         merged: Result<Merged, StoreError>,
     ) -> Result<Consumed, ConsumeError> {
         let merged = merged.map_err(|err| {
-            if is_unknown_voucher(&err) {
-                // An event for a voucher that does not exist will never land.
+            if never_passes(&err) {
+                // An unknown voucher, a value out of range, a broken constraint: retrying
+                // would only hold up the events behind this one.
                 ConsumeError::Poison(Chain(&err).to_string())
             } else {
                 ConsumeError::Store(Arc::new(err))

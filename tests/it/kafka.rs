@@ -166,6 +166,83 @@ async fn duplicates_reordering_and_poison_records_land_once_and_poison_goes_to_t
     assert_eq!(revoked(&app, "KDUP").await, 0);
 }
 
+/// Records that can never land, between good ones on one partition: each goes to the
+/// dead-letter topic at once, naming its field, and never holds up the records behind it. (A
+/// `customerId` of 0 used to fail in Postgres' CHECK, be retried, and stop the partition.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_out_of_range_go_to_the_dead_letter_topic_at_once_and_the_rest_lands() {
+    let app = TestApp::builder()
+        .with_kafka()
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    app.voucher("KBAD", 10, json!({"flashSale": true, "perUserLimit": 5}))
+        .await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let event = |customer: i64, order: &str| {
+        let held = shared::domain::Held {
+            customer_id: customer,
+            reserved_ms: now,
+            expires_ms: now + 60_000,
+            discount: 5,
+        };
+        ReservedEvent::new(&reserve_req("KBAD", customer, order), held)
+    };
+    let mut no_customer = event(1, "bad-customer");
+    no_customer.customer_id = 0;
+    let mut negative = event(2, "bad-amount");
+    negative.order_amount = -1;
+    let mut far = event(3, "bad-expiry");
+    far.expires_at_ms = 9_000_000_000_000_000; // 285 million years on: no timestamp at all
+    let mut backwards = event(4, "bad-order");
+    backwards.expires_at_ms = now - 1;
+    let records = [
+        event(1, "g1"),
+        no_customer,
+        event(2, "g2"),
+        negative,
+        event(3, "g3"),
+        far,
+        backwards,
+        event(4, "g4"),
+    ];
+    let (topic, producer) = (topic(&app), producer());
+    for record in &records {
+        produce(&producer, &topic, "KBAD", record.to_json().as_bytes()).await;
+    }
+
+    let started = Instant::now();
+    let _consumer = app.start_kafka_consumer();
+    wait_for(
+        "the good records to land",
+        Duration::from_secs(20),
+        async || app.counts("KBAD").await.active_rows == 4,
+    )
+    .await;
+    wait_for(
+        "the partition to be read to its end",
+        Duration::from_secs(10),
+        async || in_flight(&app, "KBAD").await == 0,
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the bad records held up the partition for {:?}",
+        started.elapsed()
+    );
+    let dead = read_topic(app.kafka().dlq_topic(), 1, 5, Duration::from_secs(3)).await;
+    let reasons: Vec<String> = dead.iter().map(|d| d.2.clone().unwrap()).collect();
+    assert_eq!(dead.len(), 4, "exactly the four bad records: {reasons:?}");
+    for (reason, field) in
+        reasons
+            .iter()
+            .zip(["customerId", "orderAmount", "expiresAtMs", "expiresAtMs"])
+    {
+        assert!(reason.contains(field), "{reason} should name {field}");
+    }
+    assert_eq!(app.counts("KBAD").await.used_count, 4);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_consumer_killed_after_merging_but_before_committing_is_read_again_and_lands_once() {
     let app = TestApp::builder()

@@ -49,7 +49,7 @@ pub use outcome::{Held, ReserveOutcome};
 pub use patch::{PatchVoucherRequest, VoucherPatch};
 pub use requests::{Reserve, ReserveRequest, Validate, ValidateRequest};
 pub use status::{active_delta, ReleaseReason, Status};
-pub use time::{millis, rfc3339};
+pub use time::{instant, instant_ms, millis, rfc3339};
 pub use views::{
     Confirmation, Eligibility, Reservation, ReservationItem, ReservationView, VoucherView,
 };

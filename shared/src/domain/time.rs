@@ -19,7 +19,7 @@ pub fn millis(t: DateTime<Utc>) -> DateTime<Utc> {
 /// An instant a client gives (`startsAt`, `endsAt`), at the stored precision: RFC 3339 writes
 /// years 0001 to 9999, and Postgres (which holds 4713 BC to 294276 AD) would refuse some of the
 /// years chrono parses, with an error that is the server's, not the client's.
-pub(super) fn instant(field: &'static str, t: DateTime<Utc>) -> Result<DateTime<Utc>, Invalid> {
+pub fn instant(field: &'static str, t: DateTime<Utc>) -> Result<DateTime<Utc>, Invalid> {
     // 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z.
     const FIRST_MS: i64 = -62_135_596_800_000;
     const LAST_MS: i64 = 253_402_300_799_999;
@@ -31,6 +31,15 @@ pub(super) fn instant(field: &'static str, t: DateTime<Utc>) -> Result<DateTime<
             field,
             "must be a time from year 0001 to 9999 (RFC 3339)",
         ))
+    }
+}
+
+/// An instant given as milliseconds since the epoch (an event's `reservedAtMs`), under the
+/// same rule as [`instant`].
+pub fn instant_ms(field: &'static str, ms: i64) -> Result<DateTime<Utc>, Invalid> {
+    match DateTime::from_timestamp_millis(ms) {
+        Some(t) => instant(field, t),
+        None => instant(field, DateTime::<Utc>::MAX_UTC),
     }
 }
 

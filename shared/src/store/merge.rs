@@ -264,3 +264,32 @@ where
 pub fn is_unknown_voucher(e: &StoreError) -> bool {
     matches!(e, StoreError::Refused { code, .. } if code == "FG404")
 }
+
+/// Whether Postgres' refusal of one change would be the same on every try: a voucher that does
+/// not exist (FG404), a value out of range or of the wrong form (SQLSTATE class 22), a broken
+/// constraint (class 23). Anything else (a deadlock, a serialisation failure, a connection or
+/// resource problem) may pass on a retry.
+pub fn never_passes(e: &StoreError) -> bool {
+    matches!(e, StoreError::Refused { code, .. } if never_passes_sqlstate(code))
+}
+
+fn never_passes_sqlstate(code: &str) -> bool {
+    code == "FG404" || code.starts_with("22") || code.starts_with("23")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::never_passes_sqlstate;
+
+    #[test]
+    fn only_refusals_that_a_retry_cannot_change_never_pass() {
+        // unknown voucher, check violation, numeric and datetime out of range, not null
+        for code in ["FG404", "23514", "22003", "22008", "23502"] {
+            assert!(never_passes_sqlstate(code), "{code}");
+        }
+        // deadlock, serialisation failure, too many connections, admin shutdown, lock timeout
+        for code in ["40P01", "40001", "53300", "57P01", "55P03"] {
+            assert!(!never_passes_sqlstate(code), "{code}");
+        }
+    }
+}

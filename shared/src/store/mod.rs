@@ -32,7 +32,9 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 
 pub use gate_source::GateSource;
-pub use merge::{is_unknown_voucher, Merge, MergeOutcome, Merged, RowFacts, MERGE_BATCH_MAX};
+pub use merge::{
+    is_unknown_voucher, never_passes, Merge, MergeOutcome, Merged, RowFacts, MERGE_BATCH_MAX,
+};
 pub use sweeps::{Expired, LiveFlashVoucher};
 pub use vouchers::{PatchOutcome, VoucherKind, VoucherState};
 
