@@ -498,6 +498,7 @@ async fn health_reports_its_dependencies() {
     let resp = app
         .http
         .post(format!("{dead}{}", path::reservations("ANY")))
+        .header("content-type", "application/json")
         .body(r#"{"customerId":1,"orderId":"o","orderAmount":1}"#)
         .send()
         .await
@@ -505,4 +506,64 @@ async fn health_reports_its_dependencies() {
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(resp.headers()["retry-after"], "1");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// A body not declared as JSON never reaches a handler: 415 naming the content type, nothing
+/// written. (A browser sends a form or `text/plain` cross-site without asking first; a JSON
+/// content type it must ask for.) A declared charset is fine.
+#[tokio::test]
+async fn a_body_not_declared_as_json_gets_415_and_writes_nothing() {
+    let app = TestApp::spawn().await;
+    app.voucher("CT", 5, json!({})).await;
+    let before = app.snapshot().await;
+    let order = r#"{"customerId":1,"orderId":"o","orderAmount":1}"#;
+    let create = json!({"code": "NEW", "discountAmount": 1, "totalLimit": 5,
+                        "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"})
+    .to_string();
+    let validate = r#"{"customerId":1,"orderAmount":1}"#;
+    let bodies = [
+        (reqwest::Method::POST, path::reservations("CT"), order),
+        (reqwest::Method::POST, path::vouchers(), create.as_str()),
+        (reqwest::Method::POST, path::validations("CT"), validate),
+        (
+            reqwest::Method::PATCH,
+            path::voucher("CT"),
+            r#"{"active":false}"#,
+        ),
+    ];
+    for (method, path, body) in &bodies {
+        for content_type in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            None,
+        ] {
+            let mut req = app
+                .http
+                .request(method.clone(), app.url(path))
+                .body(body.to_string());
+            if let Some(ct) = content_type {
+                req = req.header("content-type", ct);
+            }
+            let resp = req.send().await.unwrap();
+            let status = resp.status();
+            let text = resp.text().await.unwrap();
+            let case = format!("{method} {path} as {content_type:?}");
+            assert_eq!(
+                (status, error_of(&text).as_str()),
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE"),
+                "{case}: {text}"
+            );
+            assert!(text.contains("application/json"), "{case}: {text}");
+        }
+    }
+    assert_eq!(app.snapshot().await, before, "nothing written");
+    let resp = app
+        .http
+        .post(app.url(&path::reservations("CT")))
+        .header("content-type", "application/json; charset=utf-8")
+        .body(order)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
 }

@@ -188,12 +188,41 @@ pub fn router(app: App, routes: Routes) -> Router {
 }
 
 /// A JSON body parsed with the path of the offending field in every error message.
+///
+/// The body must be declared `application/json` (or `application/*+json`), else 415: an HTML
+/// form or a `text/plain` request, which a browser sends cross-site without asking, never
+/// reaches a handler.
 pub struct JsonBody<T>(pub T);
+
+/// Whether a `Content-Type` value declares JSON: `application/json` or `application/*+json`,
+/// parameters (`; charset=utf-8`) allowed, case ignored.
+fn declares_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json") || subtype.to_ascii_lowercase().ends_with("+json"))
+}
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        if !content_type.is_some_and(declares_json) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UNSUPPORTED_MEDIA_TYPE",
+                format!(
+                    "content-type: the body must be sent as application/json, not {}",
+                    content_type.unwrap_or("without a content-type")
+                ),
+            ));
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::too_large(BODY_LIMIT)
@@ -433,4 +462,30 @@ async fn log_request(req: Request, next: Next) -> Response {
         "request"
     );
     response
+}
+
+#[cfg(test)]
+mod content_type_tests {
+    use super::declares_json;
+
+    #[test]
+    fn only_json_media_types_are_json() {
+        for ok in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/problem+json",
+        ] {
+            assert!(declares_json(ok), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonp",
+            "json",
+            "",
+        ] {
+            assert!(!declares_json(bad), "{bad}");
+        }
+    }
 }
