@@ -75,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
                 listener,
                 app,
                 server::Background::from_settings(&settings),
+                settings.server,
                 shutdown_signal(),
             )
             .await?;

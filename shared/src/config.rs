@@ -113,6 +113,15 @@ pub struct SweepSettings {
 pub struct ServerSettings {
     /// `PORT`: 0 asks the OS for a free one (the chosen address is logged).
     pub port: u16,
+    /// `HEADER_READ_TIMEOUT_MS`: a connection that has not sent a whole request head this long
+    /// after it opened, or after its last answer (an idle keep-alive connection), is closed.
+    pub header_read_timeout: Duration,
+    /// `REQUEST_TIMEOUT_MS`: most a request's body may take to arrive once its head has;
+    /// past it, 408. (The work that follows is bounded by each dependency's own timeout.)
+    pub request_timeout: Duration,
+    /// `MAX_CONNECTIONS`: connections served at once; past it the server accepts no more until
+    /// one closes (the kernel's backlog holds the rest).
+    pub max_connections: usize,
 }
 
 /// How AWS clients are built.
@@ -353,6 +362,18 @@ impl Settings {
             },
             server: ServerSettings {
                 port: parse(&get, "PORT", 3000)?,
+                header_read_timeout: Duration::from_millis(at_least_one(
+                    "HEADER_READ_TIMEOUT_MS",
+                    parse(&get, "HEADER_READ_TIMEOUT_MS", 10_000)?,
+                )?),
+                request_timeout: Duration::from_millis(at_least_one(
+                    "REQUEST_TIMEOUT_MS",
+                    parse(&get, "REQUEST_TIMEOUT_MS", 30_000)?,
+                )?),
+                max_connections: at_least_one(
+                    "MAX_CONNECTIONS",
+                    parse(&get, "MAX_CONNECTIONS", 10_000)?,
+                )?,
             },
             aws: AwsSettings {
                 endpoint_url: get("AWS_ENDPOINT_URL"),
@@ -386,6 +407,21 @@ where
             name,
             problem: format!("{raw:?} is not valid: {e}"),
         }),
+    }
+}
+
+/// A count or duration where zero would mean "serve nothing" or "time out at once".
+fn at_least_one<T: PartialOrd + From<u8> + std::fmt::Display>(
+    name: &'static str,
+    value: T,
+) -> Result<T, ConfigError> {
+    if value >= T::from(1) {
+        Ok(value)
+    } else {
+        Err(ConfigError {
+            name,
+            problem: format!("{value} is not valid: at least 1"),
+        })
     }
 }
 

@@ -4,15 +4,33 @@
 //! Shutdown is passed in (as in mini-redis) so that `main` wires it to Ctrl-C and tests to a
 //! oneshot channel; in-flight requests finish before `serve` returns, and the background tasks
 //! stop with it.
+//!
+//! The accept loop is axum::serve's, plus what a server exposed to clients it does not control
+//! needs (`config::ServerSettings`): a connection that sends no whole request head within
+//! `header_read_timeout` (a slow client, or an idle keep-alive connection) is closed; a body
+//! must arrive within `request_timeout` (408); at most `max_connections` are served at once.
+//! In AWS, API Gateway does this job in front of the functions.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tower::ServiceExt as _;
 
 use crate::app::App;
-use crate::http::{router, Routes};
+use crate::config::ServerSettings;
+use crate::http::{router, BodyDeadline, Routes};
 use crate::sweeper::Sweeper;
 use crate::telemetry::Chain;
 
@@ -47,11 +65,12 @@ impl Background {
     };
 }
 
-/// Serves the API until `shutdown`, with the `background` work beside it.
+/// Serves the API until `shutdown`, with the `background` work beside it, within `limits`.
 pub async fn serve(
     listener: TcpListener,
     app: App,
     background: Background,
+    limits: ServerSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let mut tasks = Vec::new();
@@ -70,13 +89,89 @@ pub async fn serve(
     tasks.push(tokio::spawn(
         async move { connecting.connect_events().await },
     ));
-    let served = axum::serve(listener, router(app, Routes::All))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let deadline = limits.request_timeout;
+    let routes = router(app, Routes::All).layer(middleware::from_fn(
+        move |mut req: Request, next: Next| async move {
+            req.extensions_mut()
+                .insert(BodyDeadline(tokio::time::Instant::now() + deadline));
+            next.run(req).await
+        },
+    ));
+    accept(listener, routes, &limits, shutdown).await;
     for task in tasks {
         task.abort();
     }
-    served
+    Ok(())
+}
+
+/// Accepts connections until `shutdown`, each served on its own task; then stops accepting,
+/// lets every connection finish the request it is on, and returns when all have closed.
+async fn accept(
+    listener: TcpListener,
+    routes: Router,
+    limits: &ServerSettings,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // `stop` tells connections to finish; each holds a `running` receiver until it has closed.
+    let (stop, stopped) = watch::channel(());
+    let (running, all_closed) = watch::channel(());
+    let mut shutdown = pin!(shutdown);
+    loop {
+        // A slot first: past the limit, connections wait in the kernel's backlog, unaccepted.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: as axum::serve, wait rather than
+                    // spin; a connection reset before it was accepted is nothing.
+                    if !is_connection_error(&e) {
+                        tracing::error!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(
+            routes
+                .clone()
+                .map_request(|req: hyper::Request<Incoming>| req.map(Body::new)),
+        );
+        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let (mut stop, closed) = (stopped.clone(), all_closed.clone());
+        tokio::spawn(async move {
+            let mut connection = pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = stop.changed() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+            drop((slot, closed));
+        });
+    }
+    drop(listener);
+    drop(stop);
+    drop(all_closed);
+    running.closed().await;
+}
+
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
 }
 
 async fn sweep_every(sweeper: Sweeper, interval: Duration) {

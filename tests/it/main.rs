@@ -14,5 +14,6 @@ mod lattice;
 mod lifecycle;
 mod properties;
 mod schema;
+mod server;
 mod slots;
 mod sweeper;

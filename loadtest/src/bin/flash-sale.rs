@@ -805,6 +805,7 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
             listener,
             app,
             shared::server::Background::from_settings(&settings),
+            settings.server,
             std::future::pending(),
         ));
         bases.insert(tag.clone(), format!("http://{addr}"));

@@ -187,6 +187,11 @@ pub fn router(app: App, routes: Routes) -> Router {
         .with_state(app)
 }
 
+/// When the body of a request must have arrived, set by the local server
+/// (`ServerSettings::request_timeout`); past it, 408. Lambda receives bodies whole.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyDeadline(pub tokio::time::Instant);
+
 /// A JSON body parsed with the path of the offending field in every error message.
 ///
 /// The body must be declared `application/json` (or `application/*+json`), else 415: an HTML
@@ -223,7 +228,19 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
                 ),
             ));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+        let deadline = req.extensions().get::<BodyDeadline>().copied();
+        let read = Bytes::from_request(req, state);
+        let read = match deadline {
+            Some(BodyDeadline(at)) => tokio::time::timeout_at(at, read).await.map_err(|_| {
+                ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "REQUEST_TIMEOUT",
+                    "the request body did not arrive in time",
+                )
+            })?,
+            None => read.await,
+        };
+        let bytes = read.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::too_large(BODY_LIMIT)
             } else {

@@ -42,6 +42,7 @@ pub async fn serve_with(configure: impl FnOnce(&mut Settings)) -> String {
         listener,
         app,
         server::Background::NONE,
+        settings.server,
         std::future::pending(),
     ));
     format!("http://{addr}")
@@ -219,8 +220,9 @@ impl TestAppBuilder {
         let (tx, rx) = oneshot::channel::<()>();
         let served = app.clone();
         let background = server::Background::from_settings(&settings);
+        let limits = settings.server;
         tokio::spawn(async move {
-            server::serve(listener, served, background, async {
+            server::serve(listener, served, background, limits, async {
                 let _ = rx.await;
             })
             .await

@@ -1,0 +1,112 @@
+//! The local server's own limits (`config::ServerSettings`), over raw TCP as a slow or hostile
+//! client would use it: a connection that never finishes its request head, or sits idle after
+//! an answer, is closed; a body that does not arrive in time is a 408 and writes nothing; past
+//! `max_connections`, a new connection waits until one closes.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::harness::TestApp;
+
+async fn connect(app: &TestApp) -> TcpStream {
+    TcpStream::connect(app.base.trim_start_matches("http://"))
+        .await
+        .expect("connect")
+}
+
+/// What the server sends within `limit`, and whether it closed the connection by then.
+async fn read_for(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    let (mut got, mut chunk) = (Vec::new(), [0u8; 4096]);
+    let closed = loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(n)) => got.extend_from_slice(&chunk[..n]),
+            Err(_) => break false,
+        }
+    };
+    (String::from_utf8_lossy(&got).into_owned(), closed)
+}
+
+#[tokio::test]
+async fn a_connection_that_never_finishes_its_head_or_sits_idle_is_closed() {
+    let app = TestApp::builder()
+        .configure(|s| s.server.header_read_timeout = Duration::from_millis(300))
+        .spawn()
+        .await;
+
+    let mut slow = connect(&app).await;
+    slow.write_all(b"GET /health/live HTTP/1.1\r\nHost: t\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (_, closed) = read_for(&mut slow, Duration::from_secs(5)).await;
+    assert!(closed, "a half-sent head kept its connection for 5 s");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let mut idle = connect(&app).await;
+    idle.write_all(b"GET /health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let (answer, closed) = read_for(&mut idle, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(closed, "an idle keep-alive connection stayed open for 5 s");
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_gets_408_and_writes_nothing() {
+    let app = TestApp::builder()
+        .configure(|s| s.server.request_timeout = Duration::from_millis(300))
+        .spawn()
+        .await;
+    app.voucher("SLOW", 5, json!({})).await;
+    let before = app.snapshot().await;
+
+    let mut stream = connect(&app).await;
+    // Sixty bytes announced, sixteen sent.
+    stream
+        .write_all(
+            b"POST /vouchers/SLOW/reservations HTTP/1.1\r\nHost: t\r\n\
+              Content-Type: application/json\r\nContent-Length: 60\r\n\r\n{\"customerId\":1,",
+        )
+        .await
+        .unwrap();
+    let (answer, _) = read_for(&mut stream, Duration::from_secs(3)).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("REQUEST_TIMEOUT"), "{answer}");
+    assert_eq!(app.snapshot().await, before, "nothing written");
+}
+
+#[tokio::test]
+async fn past_max_connections_a_new_connection_waits_for_a_free_one() {
+    let app = TestApp::builder()
+        .configure(|s| s.server.max_connections = 2)
+        .spawn()
+        .await;
+    // Two connections take both places (a request head is not needed to hold one).
+    let first = connect(&app).await;
+    let _second = connect(&app).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut third = connect(&app).await;
+    third
+        .write_all(b"GET /health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let (answer, _) = read_for(&mut third, Duration::from_millis(700)).await;
+    assert_eq!(
+        answer, "",
+        "a third connection was served past the limit of two"
+    );
+
+    drop(first);
+    let (answer, _) = read_for(&mut third, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+}
