@@ -70,12 +70,13 @@ async fn main() -> anyhow::Result<()> {
             let (listener, addr) = server::bind(&host, settings.server.port)
                 .await
                 .with_context(|| format!("bind {host}:{}", settings.server.port))?;
+            server::exposure(&addr, &settings.server).map_err(anyhow::Error::msg)?;
             tracing::info!(%addr, url = %format!("http://{addr}"), "listening");
             server::serve(
                 listener,
                 app,
                 server::Background::from_settings(&settings),
-                settings.server,
+                settings.server.clone(),
                 shutdown_signal(),
             )
             .await?;

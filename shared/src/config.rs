@@ -109,7 +109,7 @@ pub struct SweepSettings {
 
 /// The local server (`flashgate serve`). In AWS, API Gateway does this job, so the Lambda
 /// functions read none of it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ServerSettings {
     /// `PORT`: 0 asks the OS for a free one (the chosen address is logged).
     pub port: u16,
@@ -122,6 +122,13 @@ pub struct ServerSettings {
     /// `MAX_CONNECTIONS`: connections served at once; past it the server accepts no more until
     /// one closes (the kernel's backlog holds the rest).
     pub max_connections: usize,
+    /// `ORDER_SERVICE_TOKEN` and `OPERATOR_TOKEN`, both or neither: with them, every route but
+    /// the liveness probe wants `Authorization: Bearer <token>` of a role it allows
+    /// (`http::access`).
+    pub tokens: Option<(SecretString, SecretString)>,
+    /// `ALLOW_UNAUTHENTICATED`: listen beyond loopback without tokens. Off, the server refuses
+    /// to start there.
+    pub allow_unauthenticated: bool,
 }
 
 /// How AWS clients are built.
@@ -374,6 +381,26 @@ impl Settings {
                     "MAX_CONNECTIONS",
                     parse(&get, "MAX_CONNECTIONS", 10_000)?,
                 )?,
+                tokens: match (get("ORDER_SERVICE_TOKEN"), get("OPERATOR_TOKEN")) {
+                    (Some(order), Some(ops)) if !order.is_empty() && !ops.is_empty() => {
+                        if order == ops {
+                            return Err(ConfigError {
+                                name: "OPERATOR_TOKEN",
+                                problem: "must differ from ORDER_SERVICE_TOKEN".into(),
+                            });
+                        }
+                        Some((SecretString::from(order), SecretString::from(ops)))
+                    }
+                    (None, None) => None,
+                    _ => {
+                        return Err(ConfigError {
+                            name: "ORDER_SERVICE_TOKEN",
+                            problem: "set it and OPERATOR_TOKEN both (not empty), or neither"
+                                .into(),
+                        })
+                    }
+                },
+                allow_unauthenticated: parse(&get, "ALLOW_UNAUTHENTICATED", false)?,
             },
             aws: AwsSettings {
                 endpoint_url: get("AWS_ENDPOINT_URL"),
@@ -436,6 +463,21 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Settings::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn the_local_servers_tokens_come_both_or_not_at_all() {
+        assert!(settings(&[]).unwrap().server.tokens.is_none());
+        let both = settings(&[("ORDER_SERVICE_TOKEN", "a"), ("OPERATOR_TOKEN", "b")]).unwrap();
+        assert!(both.server.tokens.is_some());
+        for vars in [
+            &[("ORDER_SERVICE_TOKEN", "a")][..],
+            &[("OPERATOR_TOKEN", "b")],
+            &[("ORDER_SERVICE_TOKEN", ""), ("OPERATOR_TOKEN", "b")],
+            &[("ORDER_SERVICE_TOKEN", "same"), ("OPERATOR_TOKEN", "same")],
+        ] {
+            assert!(settings(vars).is_err(), "{vars:?}");
+        }
     }
 
     #[test]

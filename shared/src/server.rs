@@ -8,8 +8,10 @@
 //! The accept loop is axum::serve's, plus what a server exposed to clients it does not control
 //! needs (`config::ServerSettings`): a connection that sends no whole request head within
 //! `header_read_timeout` (a slow client, or an idle keep-alive connection) is closed; a body
-//! must arrive within `request_timeout` (408); at most `max_connections` are served at once.
-//! In AWS, API Gateway does this job in front of the functions.
+//! must arrive within `request_timeout` (408); at most `max_connections` are served at once;
+//! with tokens, each route wants a bearer token of a role it allows (`http::access`), and
+//! without them the server listens only on loopback unless told otherwise ([`exposure`]). In
+//! AWS, API Gateway does this job in front of the functions.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -30,6 +32,7 @@ use tower::ServiceExt as _;
 
 use crate::app::App;
 use crate::config::ServerSettings;
+use crate::http::access::{self, Tokens};
 use crate::http::{router, BodyDeadline, Routes};
 use crate::sweeper::Sweeper;
 use crate::telemetry::Chain;
@@ -39,6 +42,19 @@ pub async fn bind(host: &str, port: u16) -> std::io::Result<(TcpListener, Socket
     let listener = TcpListener::bind((host, port)).await?;
     let addr = listener.local_addr()?;
     Ok((listener, addr))
+}
+
+/// Whether the server may listen on `addr`: beyond loopback only with tokens, or when told to
+/// (`ALLOW_UNAUTHENTICATED`); the error says what to do.
+pub fn exposure(addr: &SocketAddr, limits: &ServerSettings) -> Result<(), String> {
+    if addr.ip().is_loopback() || limits.tokens.is_some() || limits.allow_unauthenticated {
+        return Ok(());
+    }
+    Err(format!(
+        "{addr} is reachable beyond this machine and every route would be open to whoever \
+         reaches it: set ORDER_SERVICE_TOKEN and OPERATOR_TOKEN, listen on 127.0.0.1, or set \
+         ALLOW_UNAUTHENTICATED=true if something in front authenticates"
+    ))
 }
 
 /// The background work of the local server.
@@ -90,7 +106,12 @@ pub async fn serve(
         async move { connecting.connect_events().await },
     ));
     let deadline = limits.request_timeout;
-    let routes = router(app, Routes::All).layer(middleware::from_fn(
+    let mut routes = router(app, Routes::All);
+    if let Some((order_service, operators)) = limits.tokens.clone() {
+        let tokens = Tokens::new(order_service, operators);
+        routes = routes.layer(middleware::from_fn_with_state(tokens, access::require));
+    }
+    let routes = routes.layer(middleware::from_fn(
         move |mut req: Request, next: Next| async move {
             req.extensions_mut()
                 .insert(BodyDeadline(tokio::time::Instant::now() + deadline));
@@ -182,5 +203,34 @@ async fn sweep_every(sweeper: Sweeper, interval: Duration) {
         if let Err(e) = sweeper.sweep().await {
             tracing::error!(error = %Chain(&e), "sweep failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beyond_loopback_only_with_tokens_or_when_told() {
+        let settings = |vars: &[(&str, &str)]| {
+            let vars: std::collections::HashMap<_, _> = vars.iter().copied().collect();
+            crate::Settings::from_lookup(|k| vars.get(k).map(|v| v.to_string()))
+                .unwrap()
+                .server
+        };
+        let (local, open): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:3000".parse().unwrap(),
+            "0.0.0.0:3000".parse().unwrap(),
+        );
+        let plain = settings(&[]);
+        assert!(exposure(&local, &plain).is_ok());
+        assert!(exposure(&"[::1]:3000".parse().unwrap(), &plain).is_ok());
+        assert!(exposure(&open, &plain)
+            .unwrap_err()
+            .contains("OPERATOR_TOKEN"));
+        let tokens = settings(&[("ORDER_SERVICE_TOKEN", "a"), ("OPERATOR_TOKEN", "b")]);
+        assert!(exposure(&open, &tokens).is_ok());
+        let told = settings(&[("ALLOW_UNAUTHENTICATED", "true")]);
+        assert!(exposure(&open, &told).is_ok());
     }
 }

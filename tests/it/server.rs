@@ -1,15 +1,17 @@
 //! The local server's own limits (`config::ServerSettings`), over raw TCP as a slow or hostile
 //! client would use it: a connection that never finishes its request head, or sits idle after
 //! an answer, is closed; a body that does not arrive in time is a 408 and writes nothing; past
-//! `max_connections`, a new connection waits until one closes.
+//! `max_connections`, a new connection waits until one closes; with tokens, each route wants
+//! its role's.
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::harness::TestApp;
+use crate::harness::{path, TestApp};
 
 async fn connect(app: &TestApp) -> TcpStream {
     TcpStream::connect(app.base.trim_start_matches("http://"))
@@ -109,4 +111,95 @@ async fn past_max_connections_a_new_connection_waits_for_a_free_one() {
     drop(first);
     let (answer, _) = read_for(&mut third, Duration::from_secs(5)).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+}
+
+/// With tokens, each route wants a bearer token of a role template.yaml's invoke policies give
+/// it: none or a wrong one is 401, the other role's is 403, and nothing is written; the
+/// liveness probe stays open.
+#[tokio::test]
+async fn with_tokens_each_route_wants_its_roles_token() {
+    let app = TestApp::builder()
+        .configure(|s| s.server.tokens = Some(("order-token".into(), "ops-token".into())))
+        .spawn()
+        .await;
+    let send = async |method: reqwest::Method, path: &str, token: Option<&str>, body: Value| {
+        let mut req = app.http.request(method, app.url(path));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        if !body.is_null() {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.unwrap();
+        let (status, www) = (
+            resp.status(),
+            resp.headers().get("www-authenticate").cloned(),
+        );
+        (status, www, resp.text().await.unwrap())
+    };
+    let (order, ops) = (Some("order-token"), Some("ops-token"));
+    let voucher = json!({"code": "TOK", "discountAmount": 1, "totalLimit": 5,
+                         "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z"});
+    let reserve = json!({"customerId": 1, "orderId": "o1", "orderAmount": 10});
+    let before = app.snapshot().await;
+    use reqwest::Method as M;
+    let refused = [
+        (
+            M::POST,
+            path::vouchers(),
+            None,
+            voucher.clone(),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            M::POST,
+            path::vouchers(),
+            Some("nope"),
+            voucher.clone(),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            M::POST,
+            path::vouchers(),
+            order,
+            voucher.clone(),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            M::GET,
+            path::health(),
+            None,
+            Value::Null,
+            StatusCode::UNAUTHORIZED,
+        ),
+    ];
+    for (method, path, token, body, expected) in refused {
+        let case = format!("{method} {path} with {token:?}");
+        let (status, www, text) = send(method, &path, token, body).await;
+        assert_eq!(status, expected, "{case}: {text}");
+        if status == StatusCode::UNAUTHORIZED {
+            assert_eq!(www.unwrap(), "Bearer", "{case}");
+        }
+    }
+    assert_eq!(app.snapshot().await, before, "nothing written");
+
+    let (status, _, text) = send(M::POST, &path::vouchers(), ops, voucher).await;
+    assert_eq!(status, StatusCode::CREATED, "{text}");
+    let reservations = path::reservations("TOK");
+    let (status, _, _) = send(M::POST, &reservations, ops, reserve.clone()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "operators do not reserve");
+    let (status, _, text) = send(M::POST, &reservations, order, reserve).await;
+    assert_eq!(status, StatusCode::CREATED, "{text}");
+    for token in [order, ops] {
+        let (status, _, _) = send(M::GET, &path::voucher("TOK"), token, Value::Null).await;
+        assert_eq!(status, StatusCode::OK, "{token:?} reads a voucher");
+    }
+    let (status, _, _) = send(M::GET, &reservations, order, Value::Null).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "the listing is the operators'"
+    );
+    let (status, _, _) = send(M::GET, &path::live(), None, Value::Null).await;
+    assert_eq!(status, StatusCode::OK, "liveness is open");
 }

@@ -805,7 +805,7 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
             listener,
             app,
             shared::server::Background::from_settings(&settings),
-            settings.server,
+            settings.server.clone(),
             std::future::pending(),
         ));
         bases.insert(tag.clone(), format!("http://{addr}"));

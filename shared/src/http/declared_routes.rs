@@ -10,6 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
 
+use super::access::{Access, Role};
 use super::{router, Routes, ROUTES};
 use crate::{App, Settings};
 
@@ -195,5 +196,70 @@ async fn every_route_reaches_its_handler_in_its_own_function() {
                 route.method, route.path
             );
         }
+    }
+}
+
+/// IAM's `*`: any run of characters, `/` included.
+fn iam_match(pattern: &str, s: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == s,
+        Some((head, rest)) => {
+            s.starts_with(head) && (head.len()..=s.len()).any(|i| iam_match(rest, &s[i..]))
+        }
+    }
+}
+
+/// The `METHOD/path` patterns a managed policy of template.yaml allows and denies.
+fn policy(name: &str) -> (Vec<String>, Vec<String>) {
+    let template: serde_norway::Value =
+        serde_norway::from_str(include_str!("../../../template.yaml")).unwrap();
+    let (mut allow, mut deny) = (Vec::new(), Vec::new());
+    let statements = &template["Resources"][name]["Properties"]["PolicyDocument"]["Statement"];
+    for statement in statements.as_sequence().unwrap() {
+        for resource in statement["Resource"].as_sequence().unwrap() {
+            // `!Sub "arn:...:${Api}/${Api.Stage}/METHOD/path"`
+            let serde_norway::Value::Tagged(sub) = resource else {
+                panic!("{name}: a resource that is not !Sub: {resource:?}");
+            };
+            let arn = sub.value.as_str().unwrap();
+            let (_, route) = arn.split_once("${Api.Stage}/").unwrap();
+            match statement["Effect"].as_str().unwrap() {
+                "Allow" => allow.push(route.to_owned()),
+                _ => deny.push(route.to_owned()),
+            }
+        }
+    }
+    (allow, deny)
+}
+
+/// The local server's route access (`http::access`) is what the deployment's two invoke
+/// policies give each role: a token opens exactly what the role's IAM policy opens.
+#[test]
+fn route_access_is_what_template_yaml_invoke_policies_give() {
+    let policies = [
+        (Role::OrderService, policy("OrderServiceInvokePolicy")),
+        (Role::Operator, policy("OperatorInvokePolicy")),
+    ];
+    for route in ROUTES {
+        // `/vouchers/{code}` -> `GET/vouchers/CODE`, as API Gateway names the call.
+        let call = format!("{}{}", route.method, unnamed(route.path).replace("{}", "P"));
+        let allowed: Vec<Role> = policies
+            .iter()
+            .filter(|(_, (allow, deny))| {
+                allow.iter().any(|p| iam_match(p, &call))
+                    && !deny.iter().any(|p| iam_match(p, &call))
+            })
+            .map(|(role, _)| *role)
+            .collect();
+        let expected = match allowed.as_slice() {
+            [] => Access::Open,
+            [Role::OrderService] => Access::OrderService,
+            [Role::Operator] => Access::Operators,
+            _ => Access::Both,
+        };
+        assert_eq!(
+            route.access, expected,
+            "{call}: the policies allow {allowed:?}"
+        );
     }
 }

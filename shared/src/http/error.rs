@@ -78,6 +78,11 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
         }
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         if self.status == StatusCode::PAYLOAD_TOO_LARGE {
             // The rest of the body was never read: the connection cannot carry another request,
             // so say so rather than let the client reuse it and fail.

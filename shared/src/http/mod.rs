@@ -8,6 +8,7 @@
 //! a 4xx naming the field before anything touches a store; handlers call the reservation
 //! service and nothing else; every error leaves through `error::ApiError`.
 
+pub mod access;
 #[cfg(test)]
 mod declared_routes;
 pub mod error;
@@ -25,6 +26,7 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+pub use self::access::Access;
 use crate::app::App;
 use crate::domain::{
     CreateVoucherRequest, NewVoucher, OrderId, PatchVoucherRequest, ReservationList,
@@ -75,6 +77,9 @@ pub struct Route {
     pub path: &'static str,
     /// The Lambda function that owns it in template.yaml and the `cargo lambda watch` router.
     pub family: Routes,
+    /// Who may call it: the roles of template.yaml's two invoke policies (docs/DEPLOY.md),
+    /// which the local server checks with bearer tokens ([`access`]).
+    pub access: Access,
     handler: fn() -> MethodRouter<App>,
 }
 
@@ -92,84 +97,98 @@ pub const ROUTES: &[Route] = &[
         method: "GET",
         path: "/health",
         family: Routes::Admin,
+        access: Access::Operators,
         handler: || get(health),
     },
     Route {
         method: "GET",
         path: "/health/live",
         family: Routes::Admin,
+        access: Access::Open,
         handler: || get(live),
     },
     Route {
         method: "GET",
         path: "/openapi.json",
         family: Routes::Admin,
+        access: Access::Operators,
         handler: || get(openapi),
     },
     Route {
         method: "POST",
         path: "/vouchers",
         family: Routes::Admin,
+        access: Access::Operators,
         handler: || post(create_voucher),
     },
     Route {
         method: "GET",
         path: "/vouchers",
         family: Routes::Admin,
+        access: Access::Operators,
         handler: || get(list_vouchers),
     },
     Route {
         method: "GET",
         path: "/vouchers/{code}",
         family: Routes::Admin,
+        access: Access::Both,
         handler: || get(get_voucher),
     },
     Route {
         method: "PATCH",
         path: "/vouchers/{code}",
         family: Routes::Admin,
+        access: Access::Operators,
         handler: || patch(patch_voucher),
     },
     Route {
         method: "POST",
         path: "/vouchers/{code}/warmup",
         family: Routes::Admin,
+        access: Access::Operators,
         handler: || post(warmup),
     },
     Route {
         method: "POST",
         path: "/vouchers/{code}/validations",
         family: Routes::Reserve,
+        access: Access::OrderService,
         handler: || post(validate),
     },
     Route {
         method: "POST",
         path: "/vouchers/{code}/reservations",
         family: Routes::Reserve,
+        access: Access::OrderService,
         handler: || post(reserve),
     },
     Route {
         method: "GET",
         path: "/vouchers/{code}/reservations",
         family: Routes::Admin,
+        access: Access::Operators,
         handler: || get(list_reservations),
     },
     Route {
         method: "GET",
         path: "/vouchers/{code}/reservations/{order_id}",
         family: Routes::Admin,
+        access: Access::Both,
         handler: || get(get_reservation),
     },
     Route {
         method: "DELETE",
         path: "/vouchers/{code}/reservations/{order_id}",
         family: Routes::Release,
+        access: Access::OrderService,
         handler: || delete(release),
     },
     Route {
         method: "POST",
         path: "/vouchers/{code}/reservations/{order_id}/confirm",
         family: Routes::Confirm,
+        access: Access::OrderService,
         handler: || post(confirm),
     },
 ];

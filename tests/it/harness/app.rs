@@ -42,7 +42,7 @@ pub async fn serve_with(configure: impl FnOnce(&mut Settings)) -> String {
         listener,
         app,
         server::Background::NONE,
-        settings.server,
+        settings.server.clone(),
         std::future::pending(),
     ));
     format!("http://{addr}")
@@ -220,7 +220,7 @@ impl TestAppBuilder {
         let (tx, rx) = oneshot::channel::<()>();
         let served = app.clone();
         let background = server::Background::from_settings(&settings);
-        let limits = settings.server;
+        let limits = settings.server.clone();
         tokio::spawn(async move {
             server::serve(listener, served, background, limits, async {
                 let _ = rx.await;
