@@ -203,3 +203,37 @@ async fn with_tokens_each_route_wants_its_roles_token() {
     let (status, _, _) = send(M::GET, &path::live(), None, Value::Null).await;
     assert_eq!(status, StatusCode::OK, "liveness is open");
 }
+
+/// A body well past the limit is read (up to `DRAIN_LIMIT`) before the 413, so a client still
+/// sending it finishes sending and reads the answer, instead of a reset connection; nothing is
+/// written.
+#[tokio::test]
+async fn a_megabyte_body_gets_its_413_not_a_broken_connection() {
+    let app = TestApp::spawn().await;
+    app.voucher("BIG", 5, json!({})).await;
+    let before = app.snapshot().await;
+    let body = format!(
+        "{{\"customerId\":1,\"orderId\":\"o\",\"orderAmount\":1,\"pad\":\"{}\"}}",
+        "x".repeat(3 << 19)
+    );
+    let mut stream = connect(&app).await;
+    let head = format!(
+        "POST /vouchers/BIG/reservations HTTP/1.1\r\nHost: t\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // In pieces, as a client on a real network sends it: the server sees the limit pass long
+    // before the last byte.
+    for piece in body.as_bytes().chunks(64 << 10) {
+        stream
+            .write_all(piece)
+            .await
+            .expect("the server closed the connection while the body was still coming");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (answer, _) = read_for(&mut stream, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer:?}");
+    assert!(answer.contains("16384"), "{answer}");
+    assert_eq!(app.snapshot().await, before, "nothing written");
+}

@@ -84,8 +84,8 @@ impl IntoResponse for ApiError {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         if self.status == StatusCode::PAYLOAD_TOO_LARGE {
-            // The rest of the body was never read: the connection cannot carry another request,
-            // so say so rather than let the client reuse it and fail.
+            // Past `DRAIN_LIMIT` the rest of the body was never read: the connection cannot
+            // carry another request, so say so rather than let the client reuse it and fail.
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));

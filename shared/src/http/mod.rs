@@ -15,7 +15,7 @@ pub mod error;
 
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{header, Method, StatusCode, Uri};
@@ -37,6 +37,12 @@ pub use error::ApiError;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 16 * 1024;
+
+/// Most of a too-large body read (and thrown away) before its 413: a client still sending
+/// would otherwise find the connection closed under it (a reset, not the answer). Past this,
+/// the connection is closed anyway; the bound keeps a client from making the server read
+/// without end.
+pub const DRAIN_LIMIT: usize = 2 * 1024 * 1024;
 
 /// Which routes a process serves. The local server takes `All`; each Lambda its own family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +207,8 @@ pub fn router(app: App, routes: Routes) -> Router {
     }
     r.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        // JsonBody reads bodies itself, to BODY_LIMIT then draining to DRAIN_LIMIT.
+        .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(log_request))
         .with_state(app)
 }
@@ -229,10 +236,40 @@ fn declares_json(content_type: &str) -> bool {
         && (subtype.eq_ignore_ascii_case("json") || subtype.to_ascii_lowercase().ends_with("+json"))
 }
 
+/// The body, at most [`BODY_LIMIT`] bytes; past it, the rest is read and dropped up to
+/// [`DRAIN_LIMIT`] so the client is reading when its 413 comes.
+async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt as _;
+    let mut body = body;
+    let (mut kept, mut seen) = (Vec::new(), 0usize);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "INVALID_REQUEST",
+                format!("the request body could not be read: {e}"),
+            )
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        seen += data.len();
+        if seen <= BODY_LIMIT {
+            kept.extend_from_slice(&data);
+        } else if seen > DRAIN_LIMIT {
+            break;
+        }
+    }
+    if seen > BODY_LIMIT {
+        return Err(ApiError::too_large(BODY_LIMIT));
+    }
+    Ok(Bytes::from(kept))
+}
+
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -248,7 +285,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             ));
         }
         let deadline = req.extensions().get::<BodyDeadline>().copied();
-        let read = Bytes::from_request(req, state);
+        let read = read_body(req.into_body());
         let read = match deadline {
             Some(BodyDeadline(at)) => tokio::time::timeout_at(at, read).await.map_err(|_| {
                 ApiError::new(
@@ -259,13 +296,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             })?,
             None => read.await,
         };
-        let bytes = read.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::too_large(BODY_LIMIT)
-            } else {
-                ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", e.body_text())
-            }
-        })?;
+        let bytes = read?;
         let de = &mut serde_json::Deserializer::from_slice(&bytes);
         serde_path_to_error::deserialize(de)
             .map(JsonBody)
