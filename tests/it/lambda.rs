@@ -70,3 +70,33 @@ async fn consumer_lands_the_sqs_fixture_event() {
     assert_eq!(row["customerId"], 7);
     assert_eq!(app.view("SMOKE-EVENTS").await["usedCount"], 1);
 }
+
+/// A Lambda environment frozen between invocations finds, when it thaws, that RDS Proxy and
+/// ElastiCache closed its idle connections. The first request after that succeeds, on a new
+/// connection: for a standard voucher (Postgres), a flash one (Redis and Postgres), and reads.
+#[tokio::test]
+async fn after_idle_connections_were_closed_the_first_request_succeeds() {
+    let app = TestApp::builder()
+        .with_pg_proxy()
+        .with_redis_proxy()
+        .spawn()
+        .await;
+    app.voucher("THAW", 10, json!({})).await;
+    app.voucher("THAWF", 10, json!({"flashSale": true})).await;
+    for (i, code) in ["THAW", "THAWF"].into_iter().enumerate() {
+        let order = format!("warm-{i}");
+        assert_eq!(app.reserve(code, 1, &order, 10).await.0, 201);
+    }
+    for round in 0..3 {
+        // Frozen, and the dependencies closed what sat idle.
+        app.pg_proxy().close_connections();
+        app.redis_proxy().close_connections();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        for code in ["THAW", "THAWF"] {
+            let (status, body) = app.reserve(code, 2 + round, &format!("o{round}"), 10).await;
+            assert_eq!(status, 201, "{code}, round {round}: {body}");
+            let (status, body) = app.confirm(code, &format!("o{round}")).await;
+            assert_eq!(status, 200, "{code}, round {round}: {body}");
+        }
+    }
+}

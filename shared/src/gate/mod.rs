@@ -172,7 +172,32 @@ impl Gate {
 
     /// Runs a script on a connection, within the gate's timeout (making the connection
     /// included).
+    ///
+    /// A connection Redis closed while it sat idle (ElastiCache's idle timeout, while a Lambda
+    /// environment was frozen) fails the first call made on it; that call is made once more,
+    /// on the new connection the manager makes. A script called here is safe to run twice (a
+    /// retried reserve is a replay, a release leaves a tombstone, a repair compares and sets,
+    /// a load loads once): the same retry the service would otherwise ask of its client with
+    /// a 503. The patch, which adds a delta, goes through [`Gate::invoke_once`].
     async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &ScriptInvocation<'_>,
+    ) -> Result<T, GateError> {
+        self.bounded(async {
+            let mut c = self.redis.conn().await?;
+            match script.invoke_async(&mut c).await {
+                Err(e) if e.is_connection_dropped() => {
+                    let mut c = self.redis.conn().await?;
+                    Ok(script.invoke_async(&mut c).await?)
+                }
+                reply => Ok(reply?),
+            }
+        })
+        .await
+    }
+
+    /// [`Gate::invoke`] without the second try, for a script that must not run twice.
+    async fn invoke_once<T: FromRedisValue>(
         &self,
         script: &ScriptInvocation<'_>,
     ) -> Result<T, GateError> {
@@ -184,11 +209,18 @@ impl Gate {
     }
 
     /// Runs one command on a connection, within the gate's timeout (making the connection
-    /// included).
+    /// included), and once more on a dropped connection (see [`Gate::invoke`]; every command
+    /// here is a read, a set, a removal, or a lock taken only if free).
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, GateError> {
         self.bounded(async {
             let mut c = self.redis.conn().await?;
-            Ok(cmd.query_async(&mut c).await?)
+            match cmd.query_async(&mut c).await {
+                Err(e) if e.is_connection_dropped() => {
+                    let mut c = self.redis.conn().await?;
+                    Ok(cmd.query_async(&mut c).await?)
+                }
+                reply => Ok(reply?),
+            }
         })
         .await
     }
@@ -413,8 +445,10 @@ impl Gate {
     ) -> Result<Patched, GateError> {
         let k = self.keys(code);
         let fields = meta.map(meta_args).unwrap_or_default();
+        // Not `invoke`: a patch adds `delta`, and one that ran before its reply was lost must
+        // not run again.
         let reply: String = self
-            .invoke(
+            .invoke_once(
                 self.patch
                     .key(&k.meta)
                     .key(&k.remaining)
