@@ -94,7 +94,7 @@ for case in $CASES; do
     flash=false; [ "$kind" = flash ] && flash=true
     extra=""; [ "$slots" != auto ] && extra=",\"counterSlots\":$slots"
     now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-    curl -sf -XPOST $BASE/vouchers -d "{\"code\":\"$code\",\"discountAmount\":1,\"totalLimit\":1000000000,
+    curl -sf -XPOST -H "content-type: application/json" $BASE/vouchers -d "{\"code\":\"$code\",\"discountAmount\":1,\"totalLimit\":1000000000,
       \"startsAt\":\"2020-01-01T00:00:00Z\",\"endsAt\":\"2099-01-01T00:00:00Z\",
       \"flashSale\":$flash$extra}" >/dev/null
     [ "$flash" = true ] && curl -sf -XPOST $BASE/vouchers/$code/warmup >/dev/null
