@@ -187,7 +187,8 @@ BEGIN
         RETURNING x.* INTO r;
     END IF;
 
-    -- Counters: only the change in activeness moves them.
+    -- Counters: the change in activeness moves `used` (slot) and `active` (customer); a change
+    -- into or out of confirmed moves the slot's `confirmed`; a revocation slot 0's `revoked`.
     IF old_st IN (0, 3) AND new_st IN (1, 2) THEN
         -- Per-customer first: that row is private to one customer, so contention stays off the
         -- slots, which are touched last and held only until commit.
@@ -208,6 +209,10 @@ BEGIN
                 UPDATE redemption AS x SET slot = taken
                  WHERE x.voucher_code = p_code AND x.order_id = p_order
                 RETURNING x.* INTO r;
+                IF new_st = 2 THEN
+                    UPDATE voucher_slot s SET confirmed = s.confirmed + 1
+                     WHERE s.voucher_code = p_code AND s.slot = taken;
+                END IF;
             END IF;
         END IF;
 
@@ -219,13 +224,21 @@ BEGIN
                SET status = 3, released_at = p_now, release_reason = 'REVOKED'
              WHERE x.voucher_code = p_code AND x.order_id = p_order
             RETURNING x.* INTO r;
+            -- A revocation holds no slot; slot 0, which every voucher has, counts them.
+            UPDATE voucher_slot s SET revoked = s.revoked + 1
+             WHERE s.voucher_code = p_code AND s.slot = 0;
             RETURN QUERY SELECT 'REVOKED'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
             RETURN;
         END IF;
+    ELSIF old_st = 1 AND new_st = 2 THEN
+        UPDATE voucher_slot s SET confirmed = s.confirmed + 1
+         WHERE s.voucher_code = p_code AND s.slot = r.slot;
     ELSIF old_st IN (1, 2) AND new_st = 3 THEN
         UPDATE voucher_customer c SET active = c.active - 1
          WHERE c.voucher_code = p_code AND c.customer_id = r.customer_id;
-        UPDATE voucher_slot s SET used = s.used - 1
+        UPDATE voucher_slot s
+           SET used = s.used - 1,
+               confirmed = s.confirmed - CASE WHEN old_st = 2 THEN 1 ELSE 0 END
          WHERE s.voucher_code = p_code AND s.slot = r.slot;
     END IF;
 
@@ -622,7 +635,11 @@ CREATE TABLE public.voucher_slot (
     slot smallint NOT NULL,
     cap integer NOT NULL,
     used integer DEFAULT 0 NOT NULL,
+    confirmed integer DEFAULT 0 NOT NULL,
+    revoked bigint DEFAULT 0 NOT NULL,
     CONSTRAINT voucher_slot_cap_check CHECK ((cap >= 0)),
+    CONSTRAINT voucher_slot_confirmed_within_used CHECK (((confirmed >= 0) AND (confirmed <= used))),
+    CONSTRAINT voucher_slot_revoked_check CHECK ((revoked >= 0)),
     CONSTRAINT voucher_slot_slot_check CHECK (((slot >= 0) AND (slot <= 63))),
     CONSTRAINT voucher_slot_used_within_cap CHECK (((used >= 0) AND (used <= cap)))
 );
@@ -654,6 +671,18 @@ ALTER TABLE ONLY public.voucher
 
 ALTER TABLE ONLY public.voucher_slot
     ADD CONSTRAINT voucher_slot_pkey PRIMARY KEY (voucher_code, slot);
+
+--
+-- Name: redemption_by_customer; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX redemption_by_customer ON public.redemption USING btree (voucher_code, customer_id, order_id);
+
+--
+-- Name: redemption_by_status; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX redemption_by_status ON public.redemption USING btree (voucher_code, status, order_id);
 
 --
 -- Name: redemption_reserved_expiry; Type: INDEX; Schema: public; Owner: -

@@ -112,12 +112,18 @@ impl Store {
     pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
         let mut client = self.client().await?;
         client
-            .batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
+            // The database's statement_timeout (V7) is for the service's queries: a migration
+            // may rewrite a large table, and waiting for another migrator's lock is expected.
+            .batch_execute(&format!(
+                "SET statement_timeout = 0; SELECT pg_advisory_lock({MIGRATION_LOCK})"
+            ))
             .await?;
         let client: &mut tokio_postgres::Client = &mut client;
         let report = embedded::migrations::runner().run_async(client).await;
         client
-            .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
+            .batch_execute(&format!(
+                "SELECT pg_advisory_unlock({MIGRATION_LOCK}); RESET statement_timeout"
+            ))
             .await?;
         let report = report.map_err(StoreError::Migration)?;
         let applied: Vec<String> = report

@@ -1,0 +1,176 @@
+-- The voucher view's counts read counters, not the voucher's history.
+--
+-- `GET /vouchers/{code}` (what a product page polls during a sale) and each item of a voucher
+-- listing counted the voucher's reserved, confirmed and revoked redemptions with count(*): a read
+-- whose cost grew with every use the voucher ever had. The slots already count the uses held
+-- (`used`); they now also count the confirmed ones among them, and slot 0 counts revocations, all
+-- kept by fg_merge, the one function that changes a redemption's status. The view sums at most 64
+-- slot rows whatever the history: reserved = used - confirmed.
+--
+-- A confirm now writes its slot's row as a release always did: same lock order (redemption, then
+-- customer, then slot), so nothing new can deadlock.
+
+ALTER TABLE voucher_slot
+    ADD COLUMN confirmed INTEGER NOT NULL DEFAULT 0,
+    ADD COLUMN revoked BIGINT NOT NULL DEFAULT 0 CHECK (revoked >= 0),
+    ADD CONSTRAINT voucher_slot_confirmed_within_used CHECK (confirmed >= 0 AND confirmed <= used);
+
+-- The counts so far, once.
+UPDATE voucher_slot s SET confirmed = c.n
+  FROM (SELECT voucher_code, slot, count(*) AS n FROM redemption
+         WHERE status = 2 GROUP BY voucher_code, slot) c
+ WHERE s.voucher_code = c.voucher_code AND s.slot = c.slot;
+UPDATE voucher_slot s SET revoked = c.n
+  FROM (SELECT voucher_code, count(*) AS n FROM redemption
+         WHERE release_reason = 'REVOKED' GROUP BY voucher_code) c
+ WHERE s.voucher_code = c.voucher_code AND s.slot = 0;
+
+-- The reservation listing's filters, each with the listing's order (order_id) after it, so a
+-- filtered page reads only its own rows.
+CREATE INDEX redemption_by_customer ON redemption (voucher_code, customer_id, order_id);
+CREATE INDEX redemption_by_status ON redemption (voucher_code, status, order_id);
+
+-- No statement of the service runs for seconds: one that does is stuck behind a lock or
+-- runaway, and holding a connection for it starves every request behind it. Set on the
+-- database rather than with SET by each connection, which would pin RDS Proxy's connections;
+-- the migrator lifts it for its own session.
+DO $$
+BEGIN
+    EXECUTE format('ALTER DATABASE %I SET statement_timeout = %L', current_database(), '5s');
+END;
+$$;
+
+-- fg_merge: as in V3, with the slot's `confirmed` and `revoked` counts kept.
+CREATE OR REPLACE FUNCTION fg_merge(p_code text, p_order text, p_customer bigint, p_status smallint, p_order_amount bigint, p_discount bigint, p_reserved_at timestamp with time zone, p_expires_at timestamp with time zone, p_reason text, p_now timestamp with time zone, p_revoke boolean) RETURNS TABLE(outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    r         redemption%ROWTYPE;
+    old_st    SMALLINT := 0;           -- 0 = no row
+    new_st    SMALLINT;
+    refusal   TEXT;
+    v_slots   SMALLINT;
+    v_per     INT;
+    taken     SMALLINT;
+BEGIN
+    IF p_status NOT IN (1, 2, 3) THEN
+        RAISE EXCEPTION 'fg_merge: bad status %', p_status;
+    END IF;
+    -- A plain read: the voucher row is never locked or written by a status change.
+    SELECT v.counter_slots, v.per_user_limit INTO v_slots, v_per FROM voucher v WHERE v.code = p_code;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'fg_merge: unknown voucher %', p_code USING ERRCODE = 'FG404';
+    END IF;
+
+    LOOP
+        -- A caller that knows the customer claims the key first: for a new reservation (every
+        -- winner) that is the one statement it needs. A concurrent claimer of the same key
+        -- blocks on the unique index until we commit, then finds our row below: retries of one
+        -- order never both count. If we roll back instead, it claims the key itself.
+        IF p_customer IS NOT NULL THEN
+            INSERT INTO redemption AS x (voucher_code, order_id, customer_id, status,
+                                         order_amount, discount_amount, reserved_at, expires_at,
+                                         confirmed_at, released_at, release_reason)
+            VALUES (p_code, p_order, p_customer, p_status, p_order_amount, p_discount,
+                    p_reserved_at, p_expires_at,
+                    CASE WHEN p_status = 2 THEN p_now END,
+                    CASE WHEN p_status = 3 THEN p_now END,
+                    CASE WHEN p_status = 3 THEN COALESCE(p_reason, 'CANCELLED') END)
+            ON CONFLICT ON CONSTRAINT redemption_pkey DO NOTHING
+            RETURNING x.* INTO r;
+            EXIT WHEN FOUND;   -- old_st stays 0: the row is new
+        END IF;
+        SELECT * INTO r FROM redemption
+         WHERE redemption.voucher_code = p_code AND redemption.order_id = p_order
+           FOR UPDATE;
+        IF FOUND THEN
+            old_st := r.status;
+            EXIT;
+        END IF;
+        IF p_customer IS NULL THEN
+            RETURN QUERY SELECT 'NOT_FOUND'::TEXT, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
+            RETURN;
+        END IF;
+        -- The row we met was rolled back meanwhile: claim the key again.
+    END LOOP;
+
+    IF old_st <> 0 AND p_customer IS NOT NULL AND r.customer_id <> p_customer THEN
+        RETURN QUERY SELECT 'ORDER_CONFLICT'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
+        RETURN;
+    END IF;
+
+    new_st := GREATEST(old_st, p_status);
+    IF old_st <> 0 AND new_st = old_st THEN
+        RETURN QUERY SELECT 'UNCHANGED'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
+        RETURN;
+    END IF;
+
+    IF old_st <> 0 THEN
+        UPDATE redemption AS x
+           SET status         = new_st,
+               confirmed_at   = CASE WHEN new_st = 2 THEN p_now ELSE x.confirmed_at END,
+               released_at    = CASE WHEN new_st = 3 THEN p_now ELSE x.released_at END,
+               release_reason = CASE WHEN new_st = 3 THEN COALESCE(p_reason, 'CANCELLED') END
+         WHERE x.voucher_code = p_code AND x.order_id = p_order
+        RETURNING x.* INTO r;
+    END IF;
+
+    -- Counters: the change in activeness moves `used` (slot) and `active` (customer); a change
+    -- into or out of confirmed moves the slot's `confirmed`; a revocation slot 0's `revoked`.
+    IF old_st IN (0, 3) AND new_st IN (1, 2) THEN
+        -- Per-customer first: that row is private to one customer, so contention stays off the
+        -- slots, which are touched last and held only until commit.
+        INSERT INTO voucher_customer AS c (voucher_code, customer_id, active)
+        VALUES (p_code, r.customer_id, 1)
+        ON CONFLICT (voucher_code, customer_id)
+        DO UPDATE SET active = c.active + 1 WHERE c.active < v_per;
+        IF NOT FOUND THEN
+            refusal := 'ALREADY_USED';
+        ELSE
+            -- Start from a slot chosen by the order, so concurrent winners spread out.
+            taken := fg_take_slot(p_code, abs(hashtext(p_order) % v_slots), v_slots);
+            IF taken IS NULL THEN
+                refusal := 'OUT_OF_STOCK';
+                UPDATE voucher_customer c SET active = c.active - 1
+                 WHERE c.voucher_code = p_code AND c.customer_id = r.customer_id;
+            ELSE
+                UPDATE redemption AS x SET slot = taken
+                 WHERE x.voucher_code = p_code AND x.order_id = p_order
+                RETURNING x.* INTO r;
+                IF new_st = 2 THEN
+                    UPDATE voucher_slot s SET confirmed = s.confirmed + 1
+                     WHERE s.voucher_code = p_code AND s.slot = taken;
+                END IF;
+            END IF;
+        END IF;
+
+        IF refusal IS NOT NULL THEN
+            IF NOT p_revoke THEN
+                RAISE EXCEPTION USING ERRCODE = 'FG409', MESSAGE = refusal;
+            END IF;
+            UPDATE redemption AS x
+               SET status = 3, released_at = p_now, release_reason = 'REVOKED'
+             WHERE x.voucher_code = p_code AND x.order_id = p_order
+            RETURNING x.* INTO r;
+            -- A revocation holds no slot; slot 0, which every voucher has, counts them.
+            UPDATE voucher_slot s SET revoked = s.revoked + 1
+             WHERE s.voucher_code = p_code AND s.slot = 0;
+            RETURN QUERY SELECT 'REVOKED'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
+            RETURN;
+        END IF;
+    ELSIF old_st = 1 AND new_st = 2 THEN
+        UPDATE voucher_slot s SET confirmed = s.confirmed + 1
+         WHERE s.voucher_code = p_code AND s.slot = r.slot;
+    ELSIF old_st IN (1, 2) AND new_st = 3 THEN
+        UPDATE voucher_customer c SET active = c.active - 1
+         WHERE c.voucher_code = p_code AND c.customer_id = r.customer_id;
+        UPDATE voucher_slot s
+           SET used = s.used - 1,
+               confirmed = s.confirmed - CASE WHEN old_st = 2 THEN 1 ELSE 0 END
+         WHERE s.voucher_code = p_code AND s.slot = r.slot;
+    END IF;
+
+    RETURN QUERY SELECT 'APPLIED'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
+END;
+$$;
