@@ -360,6 +360,19 @@ BEGIN
     END IF;
     SELECT * INTO e FROM fg_validate(p_code, p_customer, p_order_amount, p_now);
     IF e.outcome <> 'ELIGIBLE' THEN
+        -- Each statement reads its own snapshot: a reserve of this very order may have
+        -- committed between the look above and fg_validate's, and its use be what fg_validate
+        -- refused for (ALREADY_USED, OUT_OF_STOCK). A retry answers as the first answer did.
+        SELECT x.customer_id, x.status, x.discount_amount, x.expires_at INTO r
+          FROM redemption x WHERE x.voucher_code = p_code AND x.order_id = p_order;
+        IF FOUND THEN
+            RETURN QUERY SELECT
+                CASE WHEN r.customer_id <> p_customer THEN 'ORDER_CONFLICT'
+                     WHEN r.status = 3 THEN 'RESERVATION_RELEASED'
+                     ELSE 'REPLAY' END,
+                r.customer_id, r.status, r.discount_amount, r.expires_at;
+            RETURN;
+        END IF;
         RETURN QUERY SELECT e.outcome, NULL::BIGINT, NULL::SMALLINT, NULL::BIGINT, NULL::TIMESTAMPTZ;
         RETURN;
     END IF;
