@@ -185,6 +185,9 @@ pub enum GetReservationError {
     NotFound,
     #[error("the database is unavailable")]
     Unavailable(#[from] StoreError),
+    /// Mode B: Postgres has no row yet and the gate, which may hold it, did not answer.
+    #[error("redis is unavailable")]
+    Gate(#[from] GateError),
 }
 
 #[derive(Debug, thiserror::Error)]

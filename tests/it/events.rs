@@ -504,3 +504,43 @@ async fn a_confirm_after_redis_lost_its_data_waits_for_the_event_instead_of_404(
     let (status, _) = app.confirm("LOSS", "never").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// Read your writes in mode B: a reservation reads back as its 201 said at once, from the gate,
+/// while its event is still on the queue, and the same once it has landed. The contract tests
+/// waited for events to land before reading, which hid the 404 this used to answer.
+#[tokio::test]
+async fn a_reservation_reads_back_at_once_while_its_event_is_on_the_queue() {
+    let app = TestApp::builder()
+        .with_events(3)
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    app.voucher("READBACK", 5, json!({"flashSale": true})).await;
+    let (status, reserved) = app.reserve("READBACK", 1, "a", 111).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let reserved: Value = serde_json::from_str(&reserved).unwrap();
+    assert_eq!(
+        app.counts("READBACK").await.active_rows,
+        0,
+        "nothing landed"
+    );
+
+    assert_eq!(
+        app.get_reservation("READBACK", "a").await,
+        (StatusCode::OK, reserved.clone())
+    );
+    let (status, body) = app.get_reservation("READBACK", "never").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::NOT_FOUND, &json!("RESERVATION_NOT_FOUND"))
+    );
+
+    for body in drain(&app).await {
+        app.app.consumer().consume(&body).await.unwrap();
+    }
+    assert_eq!(app.counts("READBACK").await.active_rows, 1, "landed");
+    assert_eq!(
+        app.get_reservation("READBACK", "a").await,
+        (StatusCode::OK, reserved)
+    );
+}

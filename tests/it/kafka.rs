@@ -505,3 +505,38 @@ async fn the_msk_handler_lands_a_batch_and_dead_letters_its_poison_record() {
         .iter()
         .all(|(key, payload, _)| key == "KMSK" && payload == b"poison"));
 }
+
+/// Read your writes in mode B on Kafka: a reservation reads back as its 201 said at once, from
+/// the gate, while its record is unconsumed, and the same once it has landed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reservation_reads_back_at_once_while_its_record_is_unconsumed() {
+    let app = TestApp::builder()
+        .with_kafka()
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    app.voucher("KREAD", 5, json!({"flashSale": true})).await;
+    let (status, reserved) = app.reserve("KREAD", 1, "a", 111).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let reserved: Value = serde_json::from_str(&reserved).unwrap();
+    assert_eq!(app.counts("KREAD").await.active_rows, 0, "nothing landed");
+
+    assert_eq!(
+        app.get_reservation("KREAD", "a").await,
+        (StatusCode::OK, reserved.clone())
+    );
+    assert_eq!(
+        app.get_reservation("KREAD", "never").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let _consumer = app.start_kafka_consumer();
+    wait_for("the record to land", Duration::from_secs(30), async || {
+        app.counts("KREAD").await.active_rows == 1
+    })
+    .await;
+    assert_eq!(
+        app.get_reservation("KREAD", "a").await,
+        (StatusCode::OK, reserved)
+    );
+}

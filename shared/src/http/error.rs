@@ -233,6 +233,7 @@ impl From<GetReservationError> for ApiError {
                 ApiError::new(StatusCode::NOT_FOUND, "RESERVATION_NOT_FOUND", message)
             }
             GetReservationError::Unavailable(e) => e.into(),
+            GetReservationError::Gate(e) => e.into(),
         }
     }
 }

@@ -10,10 +10,12 @@ use chrono::{DateTime, Utc};
 
 use super::group_commit::GroupCommit;
 use super::{Parts, Warmup};
-use crate::domain::{Held, OrderId, Reservation, Reserve, ReserveOutcome, Status, VoucherCode};
+use crate::domain::{
+    Held, OrderId, Reservation, ReservationView, Reserve, ReserveOutcome, Status, VoucherCode,
+};
 use crate::errors::{FromGateError, ReserveError, StoreError};
 use crate::events::{ReservedEvent, Transport};
-use crate::gate::{Gate, Lookup, OrderEntry, Removal};
+use crate::gate::{Gate, GateError, Lookup, OrderEntry, Removal};
 use crate::store::{Merge, MergeOutcome, Merged, Store};
 use crate::telemetry::Chain;
 
@@ -307,6 +309,33 @@ impl Flash {
         let merged = self.store.merge(&merge).await?;
         self.gate.settled_best_effort(code, order).await;
         Ok(Some(merged))
+    }
+
+    /// Mode B: the reservation as the gate holds it, for an order whose event has not landed
+    /// (the same fields the 201 gave). None: mode A, or the gate holds no use for the order (a
+    /// tombstone's row is written by the release that made it, so Postgres answers for it).
+    pub(super) async fn held_in_gate(
+        &self,
+        code: &VoucherCode,
+        order_id: &OrderId,
+    ) -> Result<Option<ReservationView>, GateError> {
+        if self.events.is_none() {
+            return Ok(None);
+        }
+        let Some(OrderEntry::Active { held, .. }) =
+            self.gate.order(code, order_id.as_str()).await?
+        else {
+            return Ok(None);
+        };
+        Ok(
+            DateTime::from_timestamp_millis(held.expires_ms).map(|expires_at| ReservationView {
+                order_id: order_id.as_str().to_owned(),
+                customer_id: held.customer_id,
+                status: Status::Reserved,
+                discount_amount: held.discount,
+                expires_at,
+            }),
+        )
     }
 
     /// A release went through Postgres: a flash voucher's use goes back to its gate.

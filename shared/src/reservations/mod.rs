@@ -99,12 +99,23 @@ impl Reservations {
         self.store.voucher(code).await
     }
 
+    /// A reservation as Postgres has it; in mode B, one whose event has not landed yet as the
+    /// gate holds it (what the 201 said), so a client reads back what it just reserved.
     pub async fn reservation(
         &self,
         code: &VoucherCode,
         order_id: &OrderId,
     ) -> Result<ReservationView, GetReservationError> {
-        self.store.reservation(code, order_id).await
+        match self.store.reservation(code, order_id).await {
+            Err(GetReservationError::NotFound) if self.flash.mode_b() => {
+                match self.flash.held_in_gate(code, order_id).await? {
+                    Some(held) => Ok(held),
+                    // Not held: the event may have landed while we looked at the gate.
+                    None => self.store.reservation(code, order_id).await,
+                }
+            }
+            read => read,
+        }
     }
 
     /// A page of vouchers, in code order.
