@@ -544,3 +544,66 @@ async fn a_reservation_reads_back_at_once_while_its_event_is_on_the_queue() {
         (StatusCode::OK, reserved)
     );
 }
+
+/// A flash voucher the gate does not hold, refused by its rules alone, is answered 422 from
+/// Postgres without being loaded. Loading waits in mode B until the events in flight have
+/// landed (on SQS, the whole queue), so while another voucher's sale kept events on the queue,
+/// these answered 503 "loading".
+#[tokio::test]
+async fn refusals_by_the_rules_need_no_loading_while_another_sales_events_are_queued() {
+    let app = TestApp::builder()
+        .with_events(3)
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    app.voucher("RUNNING", 5, json!({"flashSale": true})).await;
+    assert_eq!(
+        app.reserve("RUNNING", 1, "a", 111).await.0,
+        StatusCode::CREATED
+    );
+    // The event stays on the queue: nothing consumes.
+    let now = chrono::Utc::now();
+    let at = |minutes: i64| (now + chrono::Duration::minutes(minutes)).to_rfc3339();
+    app.voucher(
+        "LATER",
+        5,
+        json!({"flashSale": true, "startsAt": at(60), "endsAt": at(120)}),
+    )
+    .await;
+    app.voucher(
+        "OVER",
+        5,
+        json!({"flashSale": true, "startsAt": at(-120), "endsAt": at(-60)}),
+    )
+    .await;
+    app.voucher("PAUSED", 5, json!({"flashSale": true, "active": false}))
+        .await;
+    app.voucher(
+        "MINIMUM",
+        5,
+        json!({"flashSale": true, "minOrderAmount": 500}),
+    )
+    .await;
+    for (code, reason) in [
+        ("LATER", "NOT_STARTED"),
+        ("OVER", "EXPIRED"),
+        ("PAUSED", "INACTIVE"),
+        ("MINIMUM", "MIN_ORDER_AMOUNT"),
+    ] {
+        let (status, body) = app.reserve(code, 2, "b", 111).await;
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            (status, &body["error"], &body["reason"]),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!("NOT_ELIGIBLE"),
+                &json!(reason)
+            ),
+            "{code}: {body}"
+        );
+    }
+    // Not loaded by any of it.
+    for code in ["LATER", "OVER", "PAUSED", "MINIMUM"] {
+        assert_eq!(app.gate_remaining(code).await, None, "{code}");
+    }
+}

@@ -540,3 +540,41 @@ async fn a_reservation_reads_back_at_once_while_its_record_is_unconsumed() {
         (StatusCode::OK, reserved)
     );
 }
+
+/// Two vouchers forced to one partition: while one sale's records wait there, a reserve of the
+/// other, ended voucher is refused by its rules at once (422), without loading it, where it
+/// used to wait on the partition's lag and answer 503 "loading".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_voucher_sharing_a_busy_partition_is_refused_by_its_rules_without_loading() {
+    let app = TestApp::builder()
+        .with_kafka()
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    let busy = "SHARE0".to_owned();
+    let p = partition_for(&busy, PARTITIONS);
+    let ended = (1..1000)
+        .map(|i| format!("SHARE{i}"))
+        .find(|c| partition_for(c, PARTITIONS) == p)
+        .expect("a code on the same partition");
+    app.voucher(&busy, 10, json!({"flashSale": true})).await;
+    assert_eq!(app.reserve(&busy, 1, "o1", 10).await.0, StatusCode::CREATED);
+    assert!(in_flight(&app, &busy).await > 0);
+
+    let now = chrono::Utc::now();
+    let at = |minutes: i64| (now + chrono::Duration::minutes(minutes)).to_rfc3339();
+    app.voucher(
+        &ended,
+        10,
+        json!({"flashSale": true, "startsAt": at(-120), "endsAt": at(-60)}),
+    )
+    .await;
+    assert!(
+        in_flight(&app, &ended).await > 0,
+        "the busy sale's record is ahead of it"
+    );
+    let (status, body) = app.reserve(&ended, 2, "o2", 10).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.contains("EXPIRED"), "{body}");
+    assert_eq!(app.gate_remaining(&ended).await, None, "not loaded");
+}

@@ -70,6 +70,18 @@ impl ReserveOutcome {
     pub fn holds(self) -> bool {
         matches!(self, ReserveOutcome::Reserved | ReserveOutcome::Replay)
     }
+
+    /// A refusal the voucher's rules decide alone (422 NOT_ELIGIBLE), whatever the uses held:
+    /// paused, outside its window, an order below the minimum.
+    pub fn is_refused_by_rules(self) -> bool {
+        matches!(
+            self,
+            ReserveOutcome::Inactive
+                | ReserveOutcome::NotStarted
+                | ReserveOutcome::Expired
+                | ReserveOutcome::MinOrderAmount
+        )
+    }
 }
 
 /// A use as it is held: everything a 201 needs, so any layer (gate, event, Postgres) answers a
@@ -93,5 +105,18 @@ mod tests {
         }
         assert_eq!(ReserveOutcome::parse("DUPLICATE"), None);
         assert!(ReserveOutcome::Replay.holds() && !ReserveOutcome::OutOfStock.holds());
+    }
+
+    #[test]
+    fn only_the_rules_refusals_need_no_counts() {
+        let by_rules: Vec<_> = ReserveOutcome::ALL
+            .into_iter()
+            .filter(|o| o.is_refused_by_rules())
+            .map(ReserveOutcome::as_str)
+            .collect();
+        assert_eq!(
+            by_rules,
+            ["INACTIVE", "NOT_STARTED", "EXPIRED", "MIN_ORDER_AMOUNT"]
+        );
     }
 }

@@ -11,9 +11,10 @@ use chrono::{DateTime, Utc};
 use super::group_commit::GroupCommit;
 use super::{Parts, Warmup};
 use crate::domain::{
-    Held, OrderId, Reservation, ReservationView, Reserve, ReserveOutcome, Status, VoucherCode,
+    Held, OrderId, Reservation, ReservationView, Reserve, ReserveOutcome, Status, Validate,
+    VoucherCode,
 };
-use crate::errors::{FromGateError, ReserveError, StoreError};
+use crate::errors::{FromGateError, GetReservationError, ReserveError, StoreError};
 use crate::events::{ReservedEvent, Transport};
 use crate::gate::{Gate, GateError, Lookup, OrderEntry, Removal};
 use crate::store::{Merge, MergeOutcome, Merged, Store};
@@ -98,6 +99,9 @@ impl Flash {
         };
         let mut reply = ask().await?;
         if reply.outcome == ReserveOutcome::NotLoaded {
+            if let Some(refusal) = self.refused_by_rules(r, now).await? {
+                return Err(ReserveError::refused(refusal));
+            }
             self.warmup.warm(&r.code).await?;
             reply = ask().await?;
         }
@@ -108,6 +112,36 @@ impl Flash {
             (ReserveOutcome::Reserved, Some(held)) => self.settle(r, held, true).await,
             (ReserveOutcome::Replay, Some(held)) => self.settle(r, held, false).await,
             (outcome, _) => Err(ReserveError::refused(outcome)),
+        }
+    }
+
+    /// A voucher the gate does not hold, refused by its rules alone (paused, window not started
+    /// or ended, order below the minimum): answered from Postgres, where the rules live,
+    /// without loading it. Loading needs the counts, which in mode B waits for events in
+    /// flight, and a refusal by the rules must not answer 503 for as long as another sale's
+    /// events keep arriving. None: the rules let it through, or Postgres holds this order (a
+    /// retry answers as the first answer did, whatever the rules are now: the gate decides it
+    /// once loaded).
+    async fn refused_by_rules(
+        &self,
+        r: &Reserve,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ReserveOutcome>, ReserveError> {
+        let ask = Validate {
+            code: r.code.clone(),
+            customer_id: r.customer_id,
+            order_amount: r.order_amount,
+        };
+        let (outcome, _) = self.store.validate(&ask, now).await?;
+        if !outcome.is_refused_by_rules() {
+            return Ok(None);
+        }
+        match self.store.reservation(&r.code, &r.order_id).await {
+            Err(GetReservationError::NotFound) => Ok(Some(outcome)),
+            Ok(_) => Ok(None),
+            Err(GetReservationError::Unavailable(e)) => Err(e.into()),
+            Err(GetReservationError::Gate(e)) => Err(e.into()),
+            Err(GetReservationError::Invalid(e)) => Err(e.into()),
         }
     }
 
