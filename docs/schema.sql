@@ -123,15 +123,26 @@ DECLARE
     refusal   TEXT;
     v_slots   SMALLINT;
     v_per     INT;
+    v_ttl     INT;
     taken     SMALLINT;
 BEGIN
     IF p_status NOT IN (1, 2, 3) THEN
         RAISE EXCEPTION 'fg_merge: bad status %', p_status;
     END IF;
     -- A plain read: the voucher row is never locked or written by a status change.
-    SELECT v.counter_slots, v.per_user_limit INTO v_slots, v_per FROM voucher v WHERE v.code = p_code;
+    SELECT v.counter_slots, v.per_user_limit, v.reservation_ttl_seconds INTO v_slots, v_per, v_ttl
+      FROM voucher v WHERE v.code = p_code;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'fg_merge: unknown voucher %', p_code USING ERRCODE = 'FG404';
+    END IF;
+    -- Every reservation the service grants expires exactly its voucher's TTL after it was made
+    -- (the TTL never changes). A later expiry was not written by the service: an event copied
+    -- or forged to hold a use for years. A constraint violation, so the consumer sends it to
+    -- the dead letters at once.
+    IF p_customer IS NOT NULL
+       AND p_expires_at > p_reserved_at + make_interval(secs => v_ttl) THEN
+        RAISE EXCEPTION 'expiresAt is more than the voucher''s reservation TTL (% s) after reservedAt', v_ttl
+              USING ERRCODE = 'check_violation';
     END IF;
 
     LOOP

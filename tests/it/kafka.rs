@@ -196,6 +196,10 @@ async fn records_out_of_range_go_to_the_dead_letter_topic_at_once_and_the_rest_l
     far.expires_at_ms = 9_000_000_000_000_000; // 285 million years on: no timestamp at all
     let mut backwards = event(4, "bad-order");
     backwards.expires_at_ms = now - 1;
+    // A time Postgres holds, but ten days on where the voucher's TTL is 15 minutes: only
+    // Postgres, which knows the TTL, refuses it.
+    let mut held_for_days = event(5, "bad-ttl");
+    held_for_days.expires_at_ms = now + 10 * 86_400_000;
     let records = [
         event(1, "g1"),
         no_customer,
@@ -205,6 +209,7 @@ async fn records_out_of_range_go_to_the_dead_letter_topic_at_once_and_the_rest_l
         far,
         backwards,
         event(4, "g4"),
+        held_for_days,
     ];
     let (topic, producer) = (topic(&app), producer());
     for record in &records {
@@ -230,14 +235,16 @@ async fn records_out_of_range_go_to_the_dead_letter_topic_at_once_and_the_rest_l
         "the bad records held up the partition for {:?}",
         started.elapsed()
     );
-    let dead = read_topic(app.kafka().dlq_topic(), 1, 5, Duration::from_secs(3)).await;
+    let dead = read_topic(app.kafka().dlq_topic(), 1, 6, Duration::from_secs(3)).await;
     let reasons: Vec<String> = dead.iter().map(|d| d.2.clone().unwrap()).collect();
-    assert_eq!(dead.len(), 4, "exactly the four bad records: {reasons:?}");
-    for (reason, field) in
-        reasons
-            .iter()
-            .zip(["customerId", "orderAmount", "expiresAtMs", "expiresAtMs"])
-    {
+    assert_eq!(dead.len(), 5, "exactly the five bad records: {reasons:?}");
+    for (reason, field) in reasons.iter().zip([
+        "customerId",
+        "orderAmount",
+        "expiresAtMs",
+        "expiresAtMs",
+        "reservation TTL",
+    ]) {
         assert!(reason.contains(field), "{reason} should name {field}");
     }
     assert_eq!(app.counts("KBAD").await.used_count, 4);
