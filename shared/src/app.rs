@@ -23,6 +23,8 @@ pub struct App {
     events: Option<Arc<dyn Transport>>,
     /// Mode B on Kafka: the same transport as `events`, for what only Kafka does.
     kafka: Option<Arc<Kafka>>,
+    /// Mode B on SQS: the same transport as `events`, for what only SQS does.
+    sqs: Option<Arc<Sqs>>,
     reservations: Reservations,
     sweeper: Sweeper,
     consumer: Consumer,
@@ -58,14 +60,21 @@ impl App {
             Some(k) => Some(Arc::new(Kafka::new(k.clone(), events_settings.timeout)?)),
             None => None,
         };
-        let events: Option<Arc<dyn Transport>> = match (&kafka, &events_settings.queue_url) {
+        let sqs = match (&kafka, &events_settings.queue_url) {
+            (None, Some(url)) => Some(Arc::new(
+                Sqs::new(
+                    url,
+                    events_settings.sqs_endpoint_url.clone(),
+                    settings.aws.region.clone(),
+                    events_settings.timeout,
+                )
+                .with_dead_letters(events_settings.dlq_url.clone()),
+            )),
+            _ => None,
+        };
+        let events: Option<Arc<dyn Transport>> = match (&kafka, &sqs) {
             (Some(kafka), _) => Some(kafka.clone()),
-            (None, Some(url)) => Some(Arc::new(Sqs::new(
-                url,
-                events_settings.sqs_endpoint_url.clone(),
-                settings.aws.region.clone(),
-                events_settings.timeout,
-            ))),
+            (None, Some(sqs)) => Some(sqs.clone()),
             (None, None) => None,
         };
         let reservations = Reservations::new(
@@ -88,6 +97,7 @@ impl App {
             gate,
             events,
             kafka,
+            sqs,
             reservations,
             sweeper,
             consumer,
@@ -110,6 +120,11 @@ impl App {
     /// Mode B's Kafka transport (None: SQS, or mode A).
     pub fn kafka(&self) -> Option<&Arc<Kafka>> {
         self.kafka.as_ref()
+    }
+
+    /// Mode B's SQS transport (None: Kafka, or mode A).
+    pub fn sqs(&self) -> Option<&Arc<Sqs>> {
+        self.sqs.as_ref()
     }
 
     /// What carries mode B's events (None: mode A).

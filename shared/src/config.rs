@@ -68,6 +68,10 @@ pub struct EventSettings {
     /// `EVENTS_QUEUE_URL`: mode B on SQS, the queue of `voucher-reserved` events. Unset, and no
     /// `kafka`: mode A.
     pub queue_url: Option<String>,
+    /// `EVENTS_DLQ_URL`: the queue's dead-letter queue. An event that can never land is sent
+    /// there at once with its reason (message attribute `error`), rather than received again
+    /// until the queue's `maxReceiveCount` moves it. Unset: the redrive policy alone.
+    pub dlq_url: Option<String>,
     /// `SQS_ENDPOINT_URL`: SQS endpoint override (a local SQS such as moto); dummy credentials
     /// are used with it. Defaults to `AWS_ENDPOINT_URL`.
     pub sqs_endpoint_url: Option<String>,
@@ -352,6 +356,7 @@ impl Settings {
             },
             events: EventSettings {
                 queue_url: get("EVENTS_QUEUE_URL"),
+                dlq_url: get("EVENTS_DLQ_URL"),
                 sqs_endpoint_url: get("SQS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT_URL")),
                 kafka,
                 poll: parse(&get, "EVENTS_POLL", true)?,

@@ -49,7 +49,12 @@ pub async fn run_consumer() -> Result<(), lambda_runtime::Error> {
     }
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
-            crate::events::sqs::handle_batch(app.consumer(), event.payload).await,
+            crate::events::sqs::handle_batch(
+                app.consumer(),
+                app.sqs().map(|s| &**s),
+                event.payload,
+            )
+            .await,
         )
     }))
     .await

@@ -3,13 +3,13 @@
 //! of times, and reports failures per message.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::consumer::Consumed;
-use shared::domain::ReserveOutcome;
+use shared::domain::{Held, ReserveOutcome};
 use shared::events::sqs::handle_batch;
 use shared::events::ReservedEvent;
 
@@ -95,6 +95,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
     // The same event twice, in one batch.
     let twice = handle_batch(
         app.app.consumer(),
+        None,
         batch(&[bodies[0].clone(), bodies[0].clone()]),
     )
     .await;
@@ -110,7 +111,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
         bodies.swap(i, (seed >> 33) as usize % (i + 1));
     }
     for chunk in bodies.chunks(10) {
-        let response = handle_batch(app.app.consumer(), batch(chunk)).await;
+        let response = handle_batch(app.app.consumer(), None, batch(chunk)).await;
         assert!(response.batch_item_failures.is_empty());
     }
     let counts = app.counts("QUEUED").await;
@@ -432,7 +433,7 @@ async fn a_batch_lands_together_and_a_message_postgres_rejects_fails_alone() {
     for (i, m) in sqs.records.iter_mut().enumerate() {
         m.message_id = Some(format!("m{i}"));
     }
-    let response = handle_batch(app.app.consumer(), sqs).await;
+    let response = handle_batch(app.app.consumer(), None, sqs).await;
     let failed: Vec<&str> = response
         .batch_item_failures
         .iter()
@@ -606,4 +607,96 @@ async fn refusals_by_the_rules_need_no_loading_while_another_sales_events_are_qu
     for code in ["LATER", "OVER", "PAUSED", "MINIMUM"] {
         assert_eq!(app.gate_remaining(code).await, None, "{code}");
     }
+}
+
+/// An event that can never land (a field out of range, refused at parse; an expiry past the
+/// voucher's TTL, refused by Postgres) goes to the dead-letter queue at once with its reason,
+/// and the good events around it land within seconds. The queue would move a failing message
+/// only after 1,000 receives: what reaches the dead-letter queue, the consumer sent there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_that_can_never_land_goes_to_the_dead_letter_queue_at_once_with_its_reason() {
+    let app = TestApp::builder().with_events(1000).spawn().await;
+    app.voucher("DEAD", 10, json!({"flashSale": true, "perUserLimit": 5}))
+        .await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let event = |customer: i64, order: &str| {
+        let held = Held {
+            customer_id: customer,
+            reserved_ms: now,
+            expires_ms: now + 60_000,
+            discount: 5,
+        };
+        ReservedEvent::new(&reserve_req("DEAD", customer, order), held)
+    };
+    let mut no_customer = event(1, "bad-customer");
+    no_customer.customer_id = 0;
+    let mut held_for_days = event(2, "bad-ttl");
+    held_for_days.expires_at_ms = now + 10 * 86_400_000;
+    let events = app.sqs();
+    let started = Instant::now();
+    for e in [
+        event(1, "g1"),
+        no_customer,
+        event(2, "g2"),
+        held_for_days,
+        event(3, "g3"),
+    ] {
+        events
+            .client()
+            .await
+            .send_message()
+            .queue_url(events.queue_url())
+            .message_body(e.to_json())
+            .send()
+            .await
+            .unwrap();
+    }
+    wait_for(
+        "the good events to land",
+        Duration::from_secs(20),
+        async || app.counts("DEAD").await.active_rows == 3,
+    )
+    .await;
+    let mut reasons: Vec<String> = Vec::new();
+    wait_for(
+        "both bad events in the dead-letter queue",
+        Duration::from_secs(20),
+        async || {
+            let out = events
+                .client()
+                .await
+                .receive_message()
+                .queue_url(app.dlq_url())
+                .max_number_of_messages(10)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .unwrap();
+            for m in out.messages() {
+                let reason = m
+                    .message_attributes()
+                    .and_then(|a| a.get("error"))
+                    .and_then(|v| v.string_value())
+                    .unwrap_or_default();
+                reasons.push(reason.to_owned());
+            }
+            reasons.len() >= 2
+        },
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.contains("customerId")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("reservation TTL")),
+        "{reasons:?}"
+    );
+    assert_eq!(app.counts("DEAD").await.used_count, 3);
 }

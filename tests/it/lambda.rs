@@ -62,7 +62,7 @@ async fn consumer_lands_the_sqs_fixture_event() {
     app.voucher("SMOKE-EVENTS", 5, json!({})).await;
     let batch = serde_json::from_str(include_str!("../fixtures/sqs-voucher-reserved.json"))
         .expect("fixture is an SQS event");
-    let answer = handle_batch(app.app.consumer(), batch).await;
+    let answer = handle_batch(app.app.consumer(), None, batch).await;
     assert!(answer.batch_item_failures.is_empty());
     let (status, row) = app.get_reservation("SMOKE-EVENTS", "smoke-event-1").await;
     assert_eq!(status, 200, "{row}");

@@ -119,8 +119,9 @@ pub(crate) async fn bounded<T>(
 pub enum Landing {
     /// In Postgres (or already there): acknowledge it.
     Landed,
-    /// Can never land (not an event, an unknown voucher, a panic): the reason. SQS retries it
-    /// and then moves it to the dead-letter queue; Kafka sends it to the dead-letter topic.
+    /// Can never land (not an event, an unknown voucher, a panic): the reason. It goes to the
+    /// dead-letter queue (`EVENTS_DLQ_URL`) or topic at once; on SQS without one, SQS retries it
+    /// and its redrive policy moves it.
     Poison(String),
     /// May land later (Postgres unreachable): deliver it again.
     Retry(String),

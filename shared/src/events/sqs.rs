@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, QueueAttributeName};
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageAttributeValue, QueueAttributeName,
+};
 use aws_sdk_sqs::Client;
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -16,7 +18,7 @@ use tokio::sync::OnceCell;
 
 use super::{bounded, EventError, Landing, ReservedEvent, Sink, Transport};
 use crate::domain::VoucherCode;
-use crate::telemetry::Chain;
+use crate::telemetry::{emit_metrics, Chain, Unit};
 
 const BROKER: &str = "SQS";
 
@@ -38,6 +40,8 @@ pub struct Received {
 
 pub struct Sqs {
     queue_url: String,
+    /// `EVENTS_DLQ_URL`: where an event that can never land goes at once.
+    dead_letter_url: Option<String>,
     /// Local SQS (moto) and tests: the endpoint to use, with dummy credentials.
     endpoint: Option<String>,
     region: String,
@@ -55,6 +59,7 @@ impl Sqs {
     ) -> Sqs {
         Sqs {
             queue_url: queue_url.to_owned(),
+            dead_letter_url: None,
             endpoint,
             region,
             timeout,
@@ -64,6 +69,50 @@ impl Sqs {
 
     pub fn queue_url(&self) -> &str {
         &self.queue_url
+    }
+
+    /// Sends events that can never land to this queue at once (None: leave them to the
+    /// queue's redrive policy).
+    pub fn with_dead_letters(mut self, url: Option<String>) -> Sqs {
+        self.dead_letter_url = url;
+        self
+    }
+
+    /// Sends the body of message `id`, which can never land, to the dead-letter queue with
+    /// `reason` as its `error` attribute. Ok(false): no dead-letter queue is configured.
+    pub async fn dead_letter(
+        &self,
+        id: &str,
+        body: &str,
+        reason: &str,
+    ) -> Result<bool, EventError> {
+        let Some(url) = &self.dead_letter_url else {
+            return Ok(false);
+        };
+        let reason = MessageAttributeValue::builder()
+            .data_type("String")
+            // An attribute's value may not be empty.
+            .string_value(if reason.is_empty() { "poison" } else { reason })
+            .build()
+            .map_err(sqs("SendMessage"))?;
+        let client = self.client().await;
+        bounded(BROKER, self.timeout, async {
+            let mut req = client
+                .send_message()
+                .queue_url(url)
+                .message_body(body)
+                .message_attributes("error", reason);
+            if url.ends_with(".fifo") {
+                // A FIFO queue's dead-letter queue is FIFO too: one group, deduplicated by
+                // the message it came from.
+                req = req
+                    .message_group_id("dead-letters")
+                    .message_deduplication_id(id);
+            }
+            req.send().await.map_err(sqs("SendMessage"))?;
+            Ok(true)
+        })
+        .await
     }
 
     pub async fn client(&self) -> &Client {
@@ -217,7 +266,13 @@ impl Transport for Sqs {
 /// The SQS event source's handler body, in Lambda and in the local poller: the batch's messages
 /// handed to the consumer, the ids of those that did not land out (`ReportBatchItemFailures`).
 /// SQS delivers those again, and moves them to the dead-letter queue after `maxReceiveCount`.
-pub async fn handle_batch(sink: &dyn Sink, event: SqsEvent) -> SqsBatchResponse {
+/// With `dead_letters` configured (`EVENTS_DLQ_URL`), one that can never land goes there at
+/// once, with its reason, and counts as done: retrying it would only delay the ones behind it.
+pub async fn handle_batch(
+    sink: &dyn Sink,
+    dead_letters: Option<&Sqs>,
+    event: SqsEvent,
+) -> SqsBatchResponse {
     let bodies: Vec<&str> = event
         .records
         .iter()
@@ -225,14 +280,32 @@ pub async fn handle_batch(sink: &dyn Sink, event: SqsEvent) -> SqsBatchResponse 
         .collect();
     let landings = sink.land(&bodies).await;
     let mut response = SqsBatchResponse::default();
-    for (message, landing) in event.records.iter().zip(landings) {
-        if let Landing::Poison(why) | Landing::Retry(why) = landing {
-            let id = message.message_id.clone().unwrap_or_default();
-            tracing::warn!(message_id = %id, error = %why, "event failed");
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id;
-            response.batch_item_failures.push(failure);
-        }
+    for ((message, body), landing) in event.records.iter().zip(&bodies).zip(landings) {
+        let id = message.message_id.clone().unwrap_or_default();
+        let why = match landing {
+            Landing::Landed => continue,
+            Landing::Poison(why) => {
+                let sent = match dead_letters {
+                    Some(sqs) => sqs.dead_letter(&id, body, &why).await,
+                    None => Ok(false),
+                };
+                match sent {
+                    Ok(true) => {
+                        tracing::warn!(message_id = %id, error = %why, "event to the dead-letter queue");
+                        emit_metrics("consumer", &[("DeadLettered", Unit::Count, 1)]);
+                        continue;
+                    }
+                    Ok(false) => why,
+                    // Received again later, and moved by the redrive policy at worst.
+                    Err(e) => format!("{why}; the dead-letter queue refused it: {}", Chain(&e)),
+                }
+            }
+            Landing::Retry(why) => why,
+        };
+        tracing::warn!(message_id = %id, error = %why, "event failed");
+        let mut failure = BatchItemFailure::default();
+        failure.item_identifier = id;
+        response.batch_item_failures.push(failure);
     }
     response
 }
@@ -251,7 +324,7 @@ async fn poll(sink: Arc<dyn Sink>, sqs: Arc<Sqs>) {
                     m.body = Some(r.body.clone());
                     batch.records.push(m);
                 }
-                let response = handle_batch(sink.as_ref(), batch).await;
+                let response = handle_batch(sink.as_ref(), Some(&sqs), batch).await;
                 let failed: Vec<&str> = response
                     .batch_item_failures
                     .iter()

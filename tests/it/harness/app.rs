@@ -114,7 +114,8 @@ impl TestAppBuilder {
     }
 
     /// Mode B: a queue of the test's own and its dead-letter queue ([`TestApp::dlq_url`]),
-    /// where a message moves after `max_receive` receives.
+    /// where a message moves after `max_receive` receives, and where the consumer sends one
+    /// that can never land at once (`EVENTS_DLQ_URL`).
     pub fn with_events(mut self, max_receive: u32) -> Self {
         self.events = Some((sqs_endpoint(), max_receive));
         self
@@ -198,6 +199,7 @@ impl TestAppBuilder {
         let queues = if let Some((endpoint, max_receive)) = &self.events {
             let (queue, dlq) = create_queues(endpoint, &db_name, *max_receive).await;
             settings.events.queue_url = Some(queue.clone());
+            settings.events.dlq_url = Some(dlq.clone());
             settings.events.sqs_endpoint_url = Some(endpoint.clone());
             Some((queue, dlq))
         } else {
