@@ -20,7 +20,7 @@
 # through the environment.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-. scripts/lib.sh
+. loadtest/wrk/lib.sh
 
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-64}
@@ -30,19 +30,7 @@ PORT=${BENCH_PORT:-3900}
 DB=${BENCH_DATABASE:-fg_bench_http}
 BASE=http://127.0.0.1:$PORT
 
-command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 1; }
-./scripts/services.sh >/dev/null
-cargo build --release --locked --bin flashgate >/dev/null
-psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $DB" >/dev/null
-
-serve() { # PORT [SETTING=VALUE...]
-  env DATABASE_URL=postgres://postgres@127.0.0.1:5432/$DB REDIS_KEY_PREFIX=$DB: PORT=$1 \
-    SWEEP_INTERVAL_SECONDS=0 RUST_LOG=warn "${@:2}" "$(target_dir)/release/flashgate" serve \
-    >>/tmp/$DB.log 2>&1 &
-  servers="${servers:-} $!"
-  for _ in $(seq 100); do curl -sf http://127.0.0.1:$1/health >/dev/null && return; sleep 0.2; done
-}
-trap 'kill $servers 2>/dev/null; wait $servers 2>/dev/null' EXIT
+prepare
 serve "$PORT"
 serve $((PORT + 1)) GROUP_COMMIT_MAX=1
 # Mode B servers. Topic and queue names are new each run: the brokers outlive it.

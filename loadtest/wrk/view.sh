@@ -12,7 +12,7 @@
 # at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-. scripts/lib.sh
+. loadtest/wrk/lib.sh
 
 ROWS=${ROWS:-200000}
 DURATION=${DURATION:-10s}
@@ -22,16 +22,8 @@ PORT=${BENCH_PORT:-3910}
 DB=${BENCH_DATABASE:-fg_bench_view}
 BASE=http://127.0.0.1:$PORT
 
-command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 1; }
-./scripts/services.sh >/dev/null
-cargo build --release --locked --bin flashgate >/dev/null
-psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $DB" >/dev/null
-
-env DATABASE_URL=postgres://postgres@127.0.0.1:5432/$DB REDIS_KEY_PREFIX=$DB: PORT=$PORT \
-  SWEEP_INTERVAL_SECONDS=0 RUST_LOG=warn "$(target_dir)/release/flashgate" serve >>/tmp/$DB.log 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
-for _ in $(seq 100); do curl -sf $BASE/health >/dev/null && break; sleep 0.2; done
+prepare
+serve "$PORT"
 
 for code in EMPTY FULL; do
   curl -sf -XPOST -H "content-type: application/json" $BASE/vouchers -d "{\"code\":\"$code\",

@@ -1,0 +1,24 @@
+# Sourced by the wrk runners (run from the repository's root): what every one of them does
+# before it measures, and how it starts a server. Each runner sets `DB`, its own database and
+# Redis key prefix, before calling these.
+. scripts/lib.sh
+
+# wrk on the path, the local services up, the release server built, and the runner's database
+# dropped (the server creates and migrates it anew).
+prepare() {
+  command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 1; }
+  ./scripts/services.sh >/dev/null
+  cargo build --release --locked --bin flashgate >/dev/null
+  psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $DB" >/dev/null
+  trap 'kill ${servers:-} 2>/dev/null; wait ${servers:-} 2>/dev/null' EXIT
+}
+
+# serve PORT [SETTING=VALUE...]: a release server on PORT, in the background, with its log in
+# /tmp/$DB.log and no sweeper; returns once it answers. The servers stop when the runner exits.
+serve() {
+  env DATABASE_URL=postgres://postgres@127.0.0.1:5432/$DB REDIS_KEY_PREFIX=$DB: PORT=$1 \
+    SWEEP_INTERVAL_SECONDS=0 RUST_LOG=warn "${@:2}" "$(target_dir)/release/flashgate" serve \
+    >>/tmp/$DB.log 2>&1 &
+  servers="${servers:-} $!"
+  for _ in $(seq 100); do curl -sf http://127.0.0.1:$1/health >/dev/null && return; sleep 0.2; done
+}
