@@ -9,11 +9,11 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::consumer::Consumed;
-use shared::domain::{Held, ReserveOutcome};
+use shared::domain::ReserveOutcome;
 use shared::events::sqs::handle_batch;
 use shared::events::ReservedEvent;
 
-use crate::harness::{reserve_req, wait_for, TestApp};
+use crate::harness::{reserve_req, reserved_event, wait_for, TestApp};
 
 /// Receives every message on the test's queue (deleting them), returning their bodies.
 async fn drain(app: &TestApp) -> Vec<String> {
@@ -619,15 +619,7 @@ async fn an_event_that_can_never_land_goes_to_the_dead_letter_queue_at_once_with
     app.voucher("DEAD", 10, json!({"flashSale": true, "perUserLimit": 5}))
         .await;
     let now = chrono::Utc::now().timestamp_millis();
-    let event = |customer: i64, order: &str| {
-        let held = Held {
-            customer_id: customer,
-            reserved_ms: now,
-            expires_ms: now + 60_000,
-            discount: 5,
-        };
-        ReservedEvent::new(&reserve_req("DEAD", customer, order), held)
-    };
+    let event = |customer: i64, order: &str| reserved_event("DEAD", customer, order, now);
     let mut no_customer = event(1, "bad-customer");
     no_customer.customer_id = 0;
     let mut held_for_days = event(2, "bad-ttl");

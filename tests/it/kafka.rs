@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use shared::events::kafka::partition_for;
 use shared::events::{ReservedEvent, Transport as _};
 
-use crate::harness::{kafka_brokers, reserve_req, voucher_code, wait_for, TestApp};
+use crate::harness::{kafka_brokers, reserve_req, reserved_event, voucher_code, wait_for, TestApp};
 
 /// Partitions of every test topic (the harness's `KAFKA_PARTITIONS`).
 const PARTITIONS: i32 = 4;
@@ -179,15 +179,7 @@ async fn records_out_of_range_go_to_the_dead_letter_topic_at_once_and_the_rest_l
     app.voucher("KBAD", 10, json!({"flashSale": true, "perUserLimit": 5}))
         .await;
     let now = chrono::Utc::now().timestamp_millis();
-    let event = |customer: i64, order: &str| {
-        let held = shared::domain::Held {
-            customer_id: customer,
-            reserved_ms: now,
-            expires_ms: now + 60_000,
-            discount: 5,
-        };
-        ReservedEvent::new(&reserve_req("KBAD", customer, order), held)
-    };
+    let event = |customer: i64, order: &str| reserved_event("KBAD", customer, order, now);
     let mut no_customer = event(1, "bad-customer");
     no_customer.customer_id = 0;
     let mut negative = event(2, "bad-amount");

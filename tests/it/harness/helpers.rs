@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shared::domain::{OrderId, Reserve, VoucherCode};
+use shared::domain::{Held, OrderId, Reserve, VoucherCode};
+use shared::events::ReservedEvent;
 use shared::Settings;
 
 /// The `error` code of an error body ("" when there is none).
@@ -26,6 +27,18 @@ pub fn reserve_req(code: &str, customer: i64, order: &str) -> Reserve {
         customer_id: customer,
         order_amount: 10,
     }
+}
+
+/// The `voucher-reserved` event of [`reserve_req`]'s reserve, made at `reserved_ms`: it holds
+/// its use for a minute with a discount of 5. Tests change a field to make it bad.
+pub fn reserved_event(code: &str, customer: i64, order: &str, reserved_ms: i64) -> ReservedEvent {
+    let held = Held {
+        customer_id: customer,
+        reserved_ms,
+        expires_ms: reserved_ms + 60_000,
+        discount: 5,
+    };
+    ReservedEvent::new(&reserve_req(code, customer, order), held)
 }
 
 /// Settings made of exactly these variables (the last of a name wins), as if they were the

@@ -12,7 +12,9 @@ mod sqs;
 
 pub use app::{serve_with, TestApp};
 pub use cleanup::Cleanup;
-pub use helpers::{error_of, reserve_req, settings, unique_name, voucher_code, wait_for};
+pub use helpers::{
+    error_of, reserve_req, reserved_event, settings, unique_name, voucher_code, wait_for,
+};
 pub use modes::{Broker, Mode};
 pub use proxy::Proxy;
 pub use routes::{path, Request};
