@@ -14,7 +14,7 @@ use crate::domain::{
     Held, OrderId, Reservation, ReservationView, Reserve, ReserveOutcome, Status, Validate,
     VoucherCode,
 };
-use crate::errors::{FromGateError, GetReservationError, ReserveError, StoreError};
+use crate::errors::{FromGateError, GetReservationError, ReserveError, StoreError, WarmupError};
 use crate::events::{ReservedEvent, Transport};
 use crate::gate::{Gate, GateError, Lookup, OrderEntry, Removal};
 use crate::store::{Merge, MergeOutcome, Merged, Store};
@@ -99,10 +99,16 @@ impl Flash {
         };
         let mut reply = ask().await?;
         if reply.outcome == ReserveOutcome::NotLoaded {
-            if let Some(refusal) = self.refused_by_rules(r, now).await? {
-                return Err(ReserveError::refused(refusal));
+            if let Err(e) = self.warmup.warm(&r.code).await {
+                // Loading must wait (events in flight, another loader): a refusal the rules
+                // decide alone is answered now rather than with that 503.
+                if matches!(e, WarmupError::EventsInFlight | WarmupError::Busy) {
+                    if let Some(refusal) = self.refused_by_rules(r, now).await? {
+                        return Err(ReserveError::refused(refusal));
+                    }
+                }
+                return Err(e.into());
             }
-            self.warmup.warm(&r.code).await?;
             reply = ask().await?;
         }
         if reply.outcome == ReserveOutcome::OutOfStock {
@@ -115,13 +121,12 @@ impl Flash {
         }
     }
 
-    /// A voucher the gate does not hold, refused by its rules alone (paused, window not started
-    /// or ended, order below the minimum): answered from Postgres, where the rules live,
-    /// without loading it. Loading needs the counts, which in mode B waits for events in
-    /// flight, and a refusal by the rules must not answer 503 for as long as another sale's
-    /// events keep arriving. None: the rules let it through, or Postgres holds this order (a
-    /// retry answers as the first answer did, whatever the rules are now: the gate decides it
-    /// once loaded).
+    /// For a voucher the gate cannot load yet: its refusal by the rules alone (paused, window
+    /// not started or ended, order below the minimum), read from Postgres, where the rules
+    /// live. Loading needs the counts, which in mode B wait for the events in flight, and a
+    /// refusal by the rules must not answer 503 for as long as another sale's events keep
+    /// arriving. None: the rules let it through, or Postgres holds this order (a retry answers
+    /// as the first answer did, whatever the rules are now: the gate decides it once loaded).
     async fn refused_by_rules(
         &self,
         r: &Reserve,
