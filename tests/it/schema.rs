@@ -131,7 +131,7 @@ async fn v7_counts_the_history_written_before_it() {
         )
         .await
         .unwrap();
-    let sql = std::fs::read_to_string(root.join("V7__counted_views.sql")).unwrap();
+    let sql = std::fs::read_to_string(root.join("V7__merge_counts_and_expiry.sql")).unwrap();
     client.batch_execute(&sql).await.expect("V7");
 
     let counts = client

@@ -1,10 +1,54 @@
--- An event's expiry is checked against its voucher's TTL.
+-- The voucher view's counts read counters, not the voucher's history; an event's expiry is
+-- checked against its voucher's TTL.
 --
--- The consumer stored an event's expiresAt as written: a copied or forged event could hold a
--- use until year 9999. A reservation the service grants expires exactly reservation_ttl_seconds
--- after reservedAt (the gate and fg_reserve compute it so, and the TTL is fixed at creation), so
--- fg_merge now refuses a later one as a check violation, which the consumer treats as poison.
+-- `GET /vouchers/{code}` (what a product page polls during a sale) and each item of a voucher
+-- listing counted the voucher's reserved, confirmed and revoked redemptions with count(*): a read
+-- whose cost grew with every use the voucher ever had. The slots already count the uses held
+-- (`used`); they now also count the confirmed ones among them, and slot 0 counts revocations, all
+-- kept by fg_merge, the one function that changes a redemption's status. The view sums at most 64
+-- slot rows whatever the history: reserved = used - confirmed.
+--
+-- A confirm now writes its slot's row as a release always did, in the same lock order
+-- (redemption, then customer, then slot). Two batches that meet slots in opposite orders can
+-- deadlock, as batches of releases always could: Postgres breaks it and the batch is run again
+-- change by change.
 
+ALTER TABLE voucher_slot
+    ADD COLUMN confirmed INTEGER NOT NULL DEFAULT 0,
+    ADD COLUMN revoked BIGINT NOT NULL DEFAULT 0 CHECK (revoked >= 0),
+    ADD CONSTRAINT voucher_slot_confirmed_within_used CHECK (confirmed >= 0 AND confirmed <= used);
+
+-- The counts so far, once.
+UPDATE voucher_slot s SET confirmed = c.n
+  FROM (SELECT voucher_code, slot, count(*) AS n FROM redemption
+         WHERE status = 2 GROUP BY voucher_code, slot) c
+ WHERE s.voucher_code = c.voucher_code AND s.slot = c.slot;
+UPDATE voucher_slot s SET revoked = c.n
+  FROM (SELECT voucher_code, count(*) AS n FROM redemption
+         WHERE release_reason = 'REVOKED' GROUP BY voucher_code) c
+ WHERE s.voucher_code = c.voucher_code AND s.slot = 0;
+
+-- The reservation listing's filters, each with the listing's order (order_id) after it, so a
+-- filtered page reads only its own rows.
+CREATE INDEX redemption_by_customer ON redemption (voucher_code, customer_id, order_id);
+CREATE INDEX redemption_by_status ON redemption (voucher_code, status, order_id);
+
+-- No statement of the service runs for seconds: one that does is stuck behind a lock or
+-- runaway, and holding a connection for it starves every request behind it. Set on the
+-- database rather than with SET by each connection, which would pin RDS Proxy's connections;
+-- the migrator lifts it for its own session.
+DO $$
+BEGIN
+    EXECUTE format('ALTER DATABASE %I SET statement_timeout = %L', current_database(), '5s');
+END;
+$$;
+
+-- fg_merge: as in V3, with the slot's `confirmed` and `revoked` counts kept, and an expiry
+-- checked. The consumer stored an event's expiresAt as written: a copied or forged event could
+-- hold a use until year 9999. A reservation the service grants expires exactly
+-- reservation_ttl_seconds after reservedAt (the gate and fg_reserve compute it so, and the TTL
+-- is fixed at creation), so a later one is refused as a check violation, which the consumer
+-- treats as poison.
 CREATE OR REPLACE FUNCTION fg_merge(p_code text, p_order text, p_customer bigint, p_status smallint, p_order_amount bigint, p_discount bigint, p_reserved_at timestamp with time zone, p_expires_at timestamp with time zone, p_reason text, p_now timestamp with time zone, p_revoke boolean) RETURNS TABLE(outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone)
     LANGUAGE plpgsql
     AS $$
