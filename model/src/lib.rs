@@ -9,9 +9,11 @@
 //! event may be duplicated or lost. What the model keeps of each layer:
 //!
 //! - **gate**: loaded or not, `remaining`, each customer's count, each order's entry (active
-//!   with the reservation's identity, or a tombstone), the `pending` set;
-//! - **postgres**: each order's row (RESERVED / CONFIRMED / RELEASED with its reason) and the
-//!   uses held (the sum of the slots: slots only spread the same count over rows);
+//!   with the reservation's identity, or a tombstone), the `pending` set, and whether Redis
+//!   changed hands since the load (`lua/incarnation.lua`: a failover that lost the last grants);
+//! - **postgres**: each order's row (RESERVED / CONFIRMED / RELEASED with its reason), the
+//!   uses held (the sum of the slots: slots only spread the same count over rows), and whether
+//!   the gate ever loaded the voucher (`voucher.gate_loaded`);
 //! - **queue** (mode B): the events sent and not yet consumed, delivered in any order;
 //! - **clients**: each client (an orderId and a customer, two clients may share an orderId) and
 //!   every answer it was given.
@@ -45,6 +47,12 @@ pub enum Mutation {
     RepairIgnoresReleasesInFlight,
     /// The sweeper never finishes a release whose gate step was lost.
     NoSettle,
+    /// Mode B: an order neither Postgres nor the gate knows is "not found" even after the
+    /// gate lost data, without waiting for the events in flight.
+    TrustGateAfterLoss,
+    /// Mode B: after a loss, the gate loads again (or is trusted again) as soon as nothing is
+    /// in flight, without waiting out the send timeout for a grant still in its send.
+    NoSendGrace,
 }
 
 /// The bounds of one check.
@@ -59,11 +67,15 @@ pub struct Protocol {
     pub sends: u8,
     pub crashes: u8,
     pub redis_losses: u8,
+    /// Failovers to a replica that missed the last grant.
+    pub failovers: u8,
     /// Mode B: events delivered twice, and events lost.
     pub duplicates: u8,
     pub losses: u8,
     /// Clients may confirm their 201s (more states: some runs leave it out).
     pub confirms: bool,
+    /// Clients may read their order back (`GET .../reservations/{orderId}`), once each.
+    pub reads: bool,
     pub mutation: Option<Mutation>,
 }
 
@@ -170,6 +182,14 @@ pub enum Req {
         order: u8,
         customer: Option<u8>,
     },
+    /// The client reads its order: Postgres first.
+    Read {
+        client: u8,
+    },
+    /// Mode B, no row: the gate's entry, or whether the order can be said not to exist.
+    ReadGate {
+        client: u8,
+    },
 }
 
 /// What `fg_merge` came to for a mode A winner.
@@ -188,6 +208,11 @@ pub enum Merged {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub loaded: bool,
+    /// Postgres' mark: the gate loaded the voucher once (`voucher.gate_loaded`).
+    pub marked: bool,
+    /// Loaded, but Redis changed hands since (a failover lost the last grants): the gate's
+    /// `replid` is not the node's.
+    pub suspect: bool,
     pub remaining: i8,
     pub users: Vec<u8>,
     pub entries: Vec<Entry>,
@@ -203,9 +228,15 @@ pub struct State {
     pub released: Vec<bool>,
     /// The client confirmed its order (it asked once).
     pub confirmed: Vec<bool>,
+    /// The client read its order back (it asked once).
+    pub read: Vec<bool>,
+    /// A client told 201 read its order back as "not found".
+    pub missed: bool,
     pub stamps: u8,
     pub crashes: u8,
+    /// Redis lost data: all of it, or the last grant in a failover.
     pub redis_losses: u8,
+    pub failovers: u8,
     pub duplicates: u8,
     pub losses: u8,
     pub revoked: u8,
@@ -216,6 +247,7 @@ pub enum Action {
     Send(u8),
     ConfirmOrder(u8),
     ReleaseOrder(u8),
+    ReadOrder(u8),
     Step(usize),
     Warm,
     Consume(usize),
@@ -228,6 +260,9 @@ pub enum Action {
     Reconcile,
     Crash,
     RedisLoss,
+    /// A failover to a replica that missed the last writes: the order's grant is lost from the
+    /// gate (its entry and its counts, one script's effects together).
+    Failover(u8),
 }
 
 impl Protocol {
@@ -253,6 +288,8 @@ impl Protocol {
     /// customer's active uses; the order entries are not loaded.
     fn load(&self, s: &mut State) {
         s.loaded = true;
+        s.marked = true;
+        s.suspect = false;
         s.remaining = self.limit as i8 - s.used as i8;
         s.users = vec![0; self.customers()];
         for row in &s.rows {
@@ -262,6 +299,18 @@ impl Protocol {
         }
         s.entries = vec![Entry::None; self.orders()];
         s.pending = vec![false; self.orders()];
+    }
+
+    /// Mode B, a voucher the gate held before and lost: its grants may still be on their way
+    /// (`Warmup::load`). The real wait is one send timeout after the loss was noticed, then
+    /// until nothing is in flight: modelled as no send left and an empty queue.
+    fn must_wait_to_load(&self, s: &State) -> bool {
+        self.mode == Mode::B && s.marked && (self.sending(s) || !s.queue.is_empty())
+    }
+
+    /// A send begun before a loss may still be under way: the send timeout has not passed.
+    fn sending(&self, s: &State) -> bool {
+        !self.broken(Mutation::NoSendGrace) && s.reqs.iter().any(|r| matches!(r, Req::Send { .. }))
     }
 
     /// `release.lua`. `give_back`: the use returns; `tomb`: leave a tombstone (else forget);
@@ -440,9 +489,14 @@ impl Model for Protocol {
             answers: vec![Vec::new(); n],
             released: vec![false; n],
             confirmed: vec![false; n],
+            read: vec![false; n],
+            missed: false,
+            marked: false,
+            suspect: false,
             stamps: 0,
             crashes: 0,
             redis_losses: 0,
+            failovers: 0,
             duplicates: 0,
             losses: 0,
             revoked: 0,
@@ -463,6 +517,9 @@ impl Model for Protocol {
                 if self.confirms && !s.confirmed[i] {
                     actions.push(Action::ConfirmOrder(i as u8));
                 }
+            }
+            if told && self.reads && !s.read[i] && !busy {
+                actions.push(Action::ReadOrder(i as u8));
             }
         }
         for i in 0..s.reqs.len() {
@@ -487,8 +544,15 @@ impl Model for Protocol {
         if s.crashes < self.crashes && !s.reqs.is_empty() {
             actions.push(Action::Crash);
         }
-        if s.redis_losses < self.redis_losses && s.loaded {
+        if s.redis_losses - s.failovers < self.redis_losses && s.loaded {
             actions.push(Action::RedisLoss);
+        }
+        if s.failovers < self.failovers && s.loaded {
+            for (o, e) in s.entries.iter().enumerate() {
+                if matches!(e, Entry::Active(..)) {
+                    actions.push(Action::Failover(o as u8));
+                }
+            }
         }
     }
 
@@ -507,13 +571,18 @@ impl Model for Protocol {
                 s.released[c as usize] = true;
                 s.reqs.push(Req::Release { client: c });
             }
+            Action::ReadOrder(c) => {
+                s.read[c as usize] = true;
+                s.reqs.push(Req::Read { client: c });
+            }
             Action::Step(i) => {
                 let req = s.reqs.remove(i);
                 self.step(&mut s, req);
             }
             Action::Warm => {
-                // Mode B waits for the queue to drain before it loads.
-                if s.loaded || (self.mode == Mode::B && !s.queue.is_empty()) {
+                // Mode B: a voucher the gate held before waits for its events to land before
+                // it loads again.
+                if s.loaded || self.must_wait_to_load(&s) {
                     return None;
                 }
                 self.load(&mut s);
@@ -629,6 +698,18 @@ impl Model for Protocol {
                 s.entries = vec![Entry::None; self.orders()];
                 s.pending = vec![false; self.orders()];
             }
+            Action::Failover(o) => {
+                let Entry::Active(c, _) = s.entries[o as usize] else {
+                    return None;
+                };
+                s.redis_losses += 1;
+                s.failovers += 1;
+                s.suspect = true;
+                s.remaining += 1;
+                s.users[c as usize] = s.users[c as usize].saturating_sub(1);
+                s.entries[o as usize] = Entry::None;
+                s.pending[o as usize] = false;
+            }
         }
         (s != *last).then_some(s)
     }
@@ -709,6 +790,10 @@ impl Model for Protocol {
                     !m.quiescent(s) || (!s.loaded || s.remaining == m.limit as i8 - s.used as i8)
                 },
             ),
+            Property::always(
+                "a client told 201 never reads its order as not found, unless its event and the gate's entry were both lost",
+                |_: &Protocol, s: &State| !s.missed || (s.losses > 0 && s.redis_losses > 0),
+            ),
             Property::sometimes("the limit is reached", |m: &Protocol, s: &State| {
                 s.used == m.limit
             }),
@@ -724,7 +809,9 @@ fn req_client(r: &Req) -> Option<u8> {
         | Req::Send { client, .. }
         | Req::Answer { client, .. }
         | Req::Confirm { client }
-        | Req::Release { client } => Some(client),
+        | Req::Release { client }
+        | Req::Read { client }
+        | Req::ReadGate { client } => Some(client),
         Req::ReleaseGate { .. } | Req::SweepGate { .. } => None,
     }
 }
@@ -736,8 +823,9 @@ impl Protocol {
             Req::Reserve { client } => {
                 if !s.loaded {
                     // NOT_LOADED: warm-up runs in the request (`Action::Warm` does the same on
-                    // its own); mode B refuses while events are in flight.
-                    if self.mode == Mode::B && !s.queue.is_empty() {
+                    // its own); mode B refuses while events are in flight, for a voucher the
+                    // gate held before.
+                    if self.must_wait_to_load(s) {
                         self.answer(s, client, Answer::Refused(Refusal::Unavailable));
                         return;
                     }
@@ -865,6 +953,42 @@ impl Protocol {
             Req::SweepGate { order, customer } => {
                 self.gate_remove(s, order, customer, Removal::Release)
             }
+            Req::Read { client } => {
+                let order = self.clients[client as usize].0 as usize;
+                if s.rows[order] == Row::None && self.mode == Mode::B {
+                    s.reqs.push(Req::ReadGate { client });
+                }
+            }
+            Req::ReadGate { client } => {
+                // `Reservations::reservation`: the gate's entry (`lookup.lua`, with its trust),
+                // then for an unknown order `Flash::never_granted`, then Postgres once more.
+                let order = self.clients[client as usize].0 as usize;
+                let entry = if s.loaded {
+                    s.entries[order]
+                } else {
+                    Entry::None
+                };
+                if entry != Entry::None {
+                    return;
+                }
+                let trusted = (s.loaded && !s.suspect) || (!s.loaded && !s.marked);
+                if !trusted && !self.broken(Mutation::TrustGateAfterLoss) {
+                    // A send begun before the loss ends within the send timeout, which a
+                    // suspect gate waits out before it trusts again: modelled as no send left.
+                    if !s.queue.is_empty() || (s.suspect && self.sending(s)) {
+                        // 503: may still be on its way.
+                        return;
+                    }
+                    // Every lost grant has landed: the gate is trusted again.
+                    s.suspect = false;
+                }
+                let told = s.answers[client as usize]
+                    .iter()
+                    .any(|a| matches!(a, Answer::Reserved(_)));
+                if s.rows[order] == Row::None && told {
+                    s.missed = true;
+                }
+            }
         }
     }
 }
@@ -873,14 +997,16 @@ impl fmt::Display for Protocol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "mode {:?}, limit {}, clients {:?}, {} sends each{}, {} crash(es), {} Redis loss(es), {} duplicate(s), {} lost event(s){}",
+            "mode {:?}, limit {}, clients {:?}, {} sends each{}{}, {} crash(es), {} Redis loss(es), {} failover(s), {} duplicate(s), {} lost event(s){}",
             self.mode,
             self.limit,
             self.clients,
             self.sends,
             if self.confirms { ", confirms" } else { "" },
+            if self.reads { ", reads" } else { "" },
             self.crashes,
             self.redis_losses,
+            self.failovers,
             self.duplicates,
             self.losses,
             self.mutation.map(|m| format!(", mutation {m:?}")).unwrap_or_default()

@@ -14,9 +14,11 @@ fn protocol(mode: Mode) -> Protocol {
         sends: 2,
         crashes: 1,
         redis_losses: 1,
+        failovers: 0,
         duplicates: if mode == Mode::B { 1 } else { 0 },
         losses: if mode == Mode::B { 1 } else { 0 },
         confirms: true,
+        reads: false,
         mutation: None,
     }
 }
@@ -56,6 +58,37 @@ fn mode_b_keeps_every_promise_when_redis_loses_its_data() {
         crashes: 0,
         duplicates: 0,
         losses: 0,
+        ..protocol(Mode::B)
+    })
+    .assert_properties();
+}
+
+/// Mode B: a client reads back what it reserved while its event is on the way, and Redis
+/// fails over (losing the last grant) or loses everything, and an event may be lost: in two
+/// runs, so each stays within a minute.
+#[test]
+fn mode_b_reads_never_call_a_granted_order_missing_after_a_failover() {
+    check(Protocol {
+        crashes: 0,
+        duplicates: 0,
+        confirms: false,
+        reads: true,
+        sends: 1,
+        redis_losses: 0,
+        failovers: 1,
+        ..protocol(Mode::B)
+    })
+    .assert_properties();
+}
+
+#[test]
+fn mode_b_reads_never_call_a_granted_order_missing_after_a_data_loss() {
+    check(Protocol {
+        crashes: 0,
+        duplicates: 0,
+        confirms: false,
+        reads: true,
+        sends: 1,
         ..protocol(Mode::B)
     })
     .assert_properties();
@@ -140,5 +173,37 @@ fn a_lost_gate_release_left_unfinished_is_caught() {
         protocol(Mode::A),
         Mutation::NoSettle,
         "every held use comes back once the work is done",
+    );
+}
+
+/// Mode B: answering "not found" from a gate that lost data, without waiting for the events
+/// in flight, tells a client its granted order does not exist.
+#[test]
+fn trusting_the_gate_after_a_loss_is_caught() {
+    caught(
+        Protocol {
+            reads: true,
+            sends: 1,
+            redis_losses: 0,
+            failovers: 1,
+            ..mode_b()
+        },
+        Mutation::TrustGateAfterLoss,
+        "a client told 201 never reads its order as not found, unless its event and the gate's entry were both lost",
+    );
+}
+
+/// Mode B: loading a voucher again as soon as nothing is in flight after Redis lost its data
+/// misses a grant still in its send, and later says its order does not exist.
+#[test]
+fn loading_again_without_waiting_out_the_send_timeout_is_caught() {
+    caught(
+        Protocol {
+            reads: true,
+            sends: 1,
+            ..mode_b()
+        },
+        Mutation::NoSendGrace,
+        "a client told 201 never reads its order as not found, unless its event and the gate's entry were both lost",
     );
 }
