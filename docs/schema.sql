@@ -624,6 +624,7 @@ CREATE TABLE public.voucher (
     discount_percent smallint,
     max_discount_amount bigint,
     version bigint DEFAULT 1 NOT NULL,
+    gate_loaded boolean DEFAULT false NOT NULL,
     CONSTRAINT voucher_cap_only_with_percent CHECK (((max_discount_amount IS NULL) OR (discount_percent IS NOT NULL))),
     CONSTRAINT voucher_code_check CHECK ((code ~ '^[A-Z0-9_-]{1,32}$'::text)),
     CONSTRAINT voucher_counter_slots_check CHECK (((counter_slots >= 1) AND (counter_slots <= 64))),

@@ -1,7 +1,8 @@
 -- Flashgate gate: load a voucher, once. Does nothing if it is loaded already, so a slow
--- loader can never overwrite live counters.
+-- loader can never overwrite live counters. Runs after incarnation.lua: `meta` records which
+-- copy of Redis' data the voucher was loaded into (field `replid`).
 --
--- KEYS[1] meta  KEYS[2] remaining  KEYS[3] users
+-- KEYS[1] meta  KEYS[2] remaining  KEYS[3] users  KEYS[4] lost (lost.lua: deleted, the wait is over)
 -- ARGV[1] remaining (total_limit less the uses held, read from Postgres)
 -- ARGV[2] n, the number of meta arguments that follow: field, value, field, value, ...
 -- ARGV[3 + n ..] customerId, active uses, customerId, active uses, ...
@@ -16,4 +17,6 @@ for i = 3 + n, #ARGV, 2 do
 end
 redis.call('SET', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], unpack(ARGV, 3, 2 + n))
+redis.call('HSET', KEYS[1], 'replid', incarnation())
+redis.call('DEL', KEYS[4])
 return 1

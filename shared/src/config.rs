@@ -107,7 +107,9 @@ pub struct SweepSettings {
     /// off.
     pub interval: Duration,
     /// `ORPHAN_GRACE_SECONDS`: an order pending in the gate this long past its TTL, with no
-    /// Postgres row, is an orphan.
+    /// Postgres row, is an orphan. 0 by default: a reservation past its TTL has expired whether
+    /// its row or event ever came, so its use comes back at the first sweep after the TTL (a
+    /// late event merges into the RELEASED row).
     pub orphan_grace: Duration,
 }
 
@@ -370,7 +372,7 @@ impl Settings {
             },
             sweep: SweepSettings {
                 interval: Duration::from_secs(parse(&get, "SWEEP_INTERVAL_SECONDS", 60)?),
-                orphan_grace: Duration::from_secs(parse(&get, "ORPHAN_GRACE_SECONDS", 60)?),
+                orphan_grace: Duration::from_secs(parse(&get, "ORPHAN_GRACE_SECONDS", 0)?),
             },
             server: ServerSettings {
                 port: parse(&get, "PORT", 3000)?,

@@ -188,6 +188,10 @@ pub enum GetReservationError {
     /// Mode B: Postgres has no row yet and the gate, which may hold it, did not answer.
     #[error("redis is unavailable")]
     Gate(#[from] GateError),
+    /// Mode B: unknown to Postgres and to a gate that lost data since it loaded the voucher,
+    /// while that voucher's events are still on their way: not "not found" yet.
+    #[error("the reservation may still be on its way to the database; retry shortly")]
+    Pending,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -243,8 +247,9 @@ pub enum WarmupError {
 /// What can fail while a mode-B confirm or release writes a reservation from the gate.
 #[derive(Debug, thiserror::Error)]
 pub enum FromGateError {
-    /// Neither Postgres nor the gate knows the order, but events are still on their way (Redis
-    /// may have lost the entry of an order whose event has not landed): not "not found" yet.
+    /// Neither Postgres nor the gate knows the order, but the gate lost data since it loaded
+    /// the voucher (Redis failed over or restarted) and events are still on their way: the
+    /// order may be one of them, so it is not "not found" yet.
     #[error("the reservation may still be on its way to the database; retry shortly")]
     Pending,
     #[error("the database is unavailable")]
@@ -259,6 +264,16 @@ impl From<FromGateError> for ConfirmError {
             FromGateError::Pending => ConfirmError::Pending,
             FromGateError::Store(e) => ConfirmError::Unavailable(e),
             FromGateError::Gate(e) => ConfirmError::Gate(e),
+        }
+    }
+}
+
+impl From<FromGateError> for GetReservationError {
+    fn from(e: FromGateError) -> Self {
+        match e {
+            FromGateError::Pending => GetReservationError::Pending,
+            FromGateError::Store(e) => GetReservationError::Unavailable(e),
+            FromGateError::Gate(e) => GetReservationError::Gate(e),
         }
     }
 }

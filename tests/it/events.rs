@@ -13,7 +13,7 @@ use shared::domain::ReserveOutcome;
 use shared::events::sqs::handle_batch;
 use shared::events::ReservedEvent;
 
-use crate::harness::{reserve_req, reserved_event, wait_for, TestApp};
+use crate::harness::{assert_never_reserved, path, reserve_req, reserved_event, wait_for, TestApp};
 
 /// Receives every message on the test's queue (deleting them), returning their bodies.
 async fn drain(app: &TestApp) -> Vec<String> {
@@ -530,11 +530,9 @@ async fn a_reservation_reads_back_at_once_while_its_event_is_on_the_queue() {
         app.get_reservation("READBACK", "a").await,
         (StatusCode::OK, reserved.clone())
     );
-    let (status, body) = app.get_reservation("READBACK", "never").await;
-    assert_eq!(
-        (status, &body["error"]),
-        (StatusCode::NOT_FOUND, &json!("RESERVATION_NOT_FOUND"))
-    );
+    // The gate holds every order it granted: one it does not know never existed, and says so
+    // at once although an event is in flight (this used to answer 503).
+    assert_never_reserved(&app, "READBACK", "never").await;
 
     for body in drain(&app).await {
         app.app.consumer().consume(&body).await.unwrap();
@@ -546,10 +544,169 @@ async fn a_reservation_reads_back_at_once_while_its_event_is_on_the_queue() {
     );
 }
 
-/// A flash voucher the gate does not hold, refused by its rules alone, is answered 422 from
-/// Postgres without being loaded. Loading waits in mode B until the events in flight have
-/// landed (on SQS, the whole queue), so while another voucher's sale kept events on the queue,
-/// these answered 503 "loading".
+/// After a failover the gate may lack the last grants, whose events are still on the queue:
+/// an order it does not know is answered 503 with Retry-After, never 404, until the events have
+/// landed and one send timeout has passed (a grant made just before the failover may still be
+/// in its send); then the gate is trusted again, and 404 comes at once, events in flight or not.
+#[tokio::test]
+async fn after_a_failover_unknown_orders_wait_for_the_events_then_the_gate_is_trusted_again() {
+    let send_timeout = Duration::from_secs(2);
+    let app = TestApp::builder()
+        .with_events(3)
+        .configure(move |s| {
+            s.events.poll = false;
+            s.events.timeout = send_timeout;
+        })
+        .spawn()
+        .await;
+    app.voucher("FAILOVER", 5, json!({"flashSale": true})).await;
+    let (status, reserved) = app.reserve("FAILOVER", 1, "a", 111).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let reserved: Value = serde_json::from_str(&reserved).unwrap();
+    let loaded_into = app.gate_meta("FAILOVER", "replid").await.expect("recorded");
+    app.pretend_failover("FAILOVER").await;
+    // Say the failover lost order "lost"'s grant: its event would be on the queue (order "a"'s
+    // is), and the gate forgot it.
+    let noticed = Instant::now();
+    for read in [
+        app.get_reservation("FAILOVER", "lost").await,
+        app.confirm("FAILOVER", "lost").await,
+        app.release("FAILOVER", "lost").await,
+    ] {
+        assert_eq!(read.0, StatusCode::SERVICE_UNAVAILABLE, "{}", read.1);
+    }
+    let raw = app
+        .http
+        .get(app.url(&path::reservation("FAILOVER", "lost")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(raw.headers()["retry-after"], "1");
+    // What the gate holds still reads back.
+    assert_eq!(
+        app.get_reservation("FAILOVER", "a").await,
+        (StatusCode::OK, reserved)
+    );
+
+    for body in drain(&app).await {
+        app.app.consumer().consume(&body).await.unwrap();
+    }
+    // Nothing in flight, but the failover was noticed less than a send timeout ago.
+    assert!(noticed.elapsed() < send_timeout);
+    assert_eq!(
+        app.confirm("FAILOVER", "lost").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    tokio::time::sleep(send_timeout.saturating_sub(noticed.elapsed()) + Duration::from_millis(100))
+        .await;
+    assert_never_reserved(&app, "FAILOVER", "lost").await;
+    assert_eq!(
+        app.gate_meta("FAILOVER", "replid").await.as_deref(),
+        Some(loaded_into.as_str()),
+        "trusted again on the node serving now"
+    );
+    // Trusted: with an event in flight again, an unknown order is 404 at once.
+    assert_eq!(
+        app.reserve("FAILOVER", 2, "b", 111).await.0,
+        StatusCode::CREATED
+    );
+    assert_never_reserved(&app, "FAILOVER", "other").await;
+}
+
+/// A use whose TTL passed before its event landed comes back at TTL plus one sweep, in the gate
+/// and in Postgres, as in mode A; the late event then changes nothing.
+#[tokio::test]
+async fn a_use_expired_before_its_event_landed_comes_back_at_the_next_sweep() {
+    let app = TestApp::builder()
+        .with_events(3)
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    app.voucher(
+        "SHORT",
+        1,
+        json!({"flashSale": true, "reservationTtlSeconds": 1}),
+    )
+    .await;
+    assert_eq!(
+        app.reserve("SHORT", 1, "a", 111).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        app.reserve("SHORT", 2, "b", 111).await.0,
+        StatusCode::CONFLICT
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(
+        app.gate_remaining("SHORT").await,
+        Some(1),
+        "back in the gate"
+    );
+    let (status, r) = app.get_reservation("SHORT", "a").await;
+    assert_eq!((status, &r["status"]), (StatusCode::OK, &json!("RELEASED")));
+    assert_eq!(app.view("SHORT").await["usedCount"], 0, "and in Postgres");
+
+    for body in drain(&app).await {
+        app.app.consumer().consume(&body).await.unwrap();
+    }
+    assert_eq!(
+        app.counts("SHORT").await.active_rows,
+        0,
+        "the late event changed nothing"
+    );
+    assert_eq!(
+        app.reserve("SHORT", 2, "b", 111).await.0,
+        StatusCode::CREATED
+    );
+}
+
+/// While one sale's events wait on the queue, a second flash voucher (the gate never held it,
+/// so none of its events can be on the way) loads at creation and grants its first reserve at
+/// once. The warm-up used to wait for the whole queue to drain and answer 503 "loading".
+#[tokio::test]
+async fn a_new_voucher_loads_and_grants_at_once_while_another_sales_events_are_queued() {
+    let app = TestApp::builder()
+        .with_events(3)
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    app.voucher("SALE", 5, json!({"flashSale": true})).await;
+    for i in 1..=3 {
+        assert_eq!(
+            app.reserve("SALE", i, &format!("o{i}"), 111).await.0,
+            StatusCode::CREATED
+        );
+    }
+    app.voucher("NEXT", 5, json!({"flashSale": true})).await;
+    assert_eq!(
+        app.gate_remaining("NEXT").await,
+        Some(5),
+        "loaded at creation"
+    );
+    let started = Instant::now();
+    assert_eq!(
+        app.reserve("NEXT", 1, "n1", 111).await.0,
+        StatusCode::CREATED
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        drain(&app).await.len(),
+        4,
+        "the events were queued all along"
+    );
+}
+
+/// A flash voucher whose gate lost its data, refused by its rules alone, is answered 422 from
+/// Postgres without being loaded. Loading it again waits in mode B until the events in flight
+/// have landed (on SQS, the whole queue: the voucher's own count went with the gate), so while
+/// another voucher's sale kept events on the queue, these answered 503 "loading".
 #[tokio::test]
 async fn refusals_by_the_rules_need_no_loading_while_another_sales_events_are_queued() {
     let app = TestApp::builder()
@@ -585,6 +742,8 @@ async fn refusals_by_the_rules_need_no_loading_while_another_sales_events_are_qu
         json!({"flashSale": true, "minOrderAmount": 500}),
     )
     .await;
+    // Redis restarts empty: the vouchers loaded at creation may have lost grants.
+    app.flush_gate().await;
     for (code, reason) in [
         ("LATER", "NOT_STARTED"),
         ("OVER", "EXPIRED"),
@@ -603,10 +762,12 @@ async fn refusals_by_the_rules_need_no_loading_while_another_sales_events_are_qu
             "{code}: {body}"
         );
     }
-    // Not loaded by any of it.
-    for code in ["LATER", "OVER", "PAUSED", "MINIMUM"] {
+    // Not loaded by any of it, but LATER: it starts after the warm-up lead, so it was not loaded
+    // at creation, no event of it can be on the way, and it loaded at once.
+    for code in ["OVER", "PAUSED", "MINIMUM"] {
         assert_eq!(app.gate_remaining(code).await, None, "{code}");
     }
+    assert_eq!(app.gate_remaining("LATER").await, Some(5));
 }
 
 /// An event that can never land (a field out of range, refused at parse; an expiry past the

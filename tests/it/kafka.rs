@@ -19,7 +19,10 @@ use serde_json::{json, Value};
 use shared::events::kafka::partition_for;
 use shared::events::{ReservedEvent, Transport as _};
 
-use crate::harness::{kafka_brokers, reserve_req, reserved_event, voucher_code, wait_for, TestApp};
+use crate::harness::{
+    assert_never_reserved, kafka_brokers, reserve_req, reserved_event, voucher_code, wait_for,
+    TestApp,
+};
 
 /// Partitions of every test topic (the harness's `KAFKA_PARTITIONS`).
 const PARTITIONS: i32 = 4;
@@ -321,8 +324,9 @@ async fn broker_down_answers_503_fast_and_the_order_comes_back_through_the_orpha
         json!({"flashSale": true, "reservationTtlSeconds": 1}),
     )
     .await;
-    // Loaded by hand: the warm-up itself asks the broker first, and would answer 503 too.
-    assert_eq!(app.force_load("KDOWN").await, 5);
+    // Loaded at creation: a voucher the gate never held has no events on the way, so its
+    // warm-up needs no word from the broker.
+    assert_eq!(app.gate_remaining("KDOWN").await, Some(5));
     let code = voucher_code("KDOWN");
 
     let started = Instant::now();
@@ -367,10 +371,24 @@ async fn a_warm_up_waits_only_for_events_of_its_own_partition() {
     assert_eq!(in_flight(&app, &busy).await, 3);
     assert_eq!(in_flight(&app, &idle).await, 0);
 
-    // Redis restarts empty: the idle voucher loads at once, the busy one waits for its events.
+    // Redis restarts empty: the idle voucher loads once a send timeout has passed (a grant
+    // lost with the data may have been in its send), the busy one waits for its events.
     app.flush_gate().await;
-    let (status, body) = app.warmup(&idle).await;
-    assert_eq!((status, &body["remaining"]), (StatusCode::OK, &json!(10)));
+    let (status, body) = app.warmup(&busy).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let (status, _) = app.warmup(&idle).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "within the send timeout"
+    );
+    wait_for(
+        "the idle voucher to load",
+        Duration::from_secs(15),
+        async || app.warmup(&idle).await.0 == StatusCode::OK,
+    )
+    .await;
+    assert_eq!(app.gate_remaining(&idle).await, Some(10));
     let (status, body) = app.warmup(&busy).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(
@@ -524,10 +542,9 @@ async fn a_reservation_reads_back_at_once_while_its_record_is_unconsumed() {
         app.get_reservation("KREAD", "a").await,
         (StatusCode::OK, reserved.clone())
     );
-    assert_eq!(
-        app.get_reservation("KREAD", "never").await.0,
-        StatusCode::NOT_FOUND
-    );
+    // The gate holds every order it granted: one it does not know never existed, and says so
+    // at once although a record is unconsumed (this used to answer 503).
+    assert_never_reserved(&app, "KREAD", "never").await;
 
     let _consumer = app.start_kafka_consumer();
     wait_for("the record to land", Duration::from_secs(30), async || {
@@ -540,9 +557,55 @@ async fn a_reservation_reads_back_at_once_while_its_record_is_unconsumed() {
     );
 }
 
-/// Two vouchers forced to one partition: while one sale's records wait there, a reserve of the
-/// other, ended voucher is refused by its rules at once (422), without loading it, where it
-/// used to wait on the partition's lag and answer 503 "loading".
+/// The codes of two vouchers Kafka puts on one partition.
+fn codes_on_one_partition() -> (String, String) {
+    let first = "SHARE0".to_owned();
+    let p = partition_for(&first, PARTITIONS);
+    let second = (1..1000)
+        .map(|i| format!("SHARE{i}"))
+        .find(|c| partition_for(c, PARTITIONS) == p)
+        .expect("a code on the same partition");
+    (first, second)
+}
+
+/// Two vouchers forced to one partition: under a running sale on one, whose records wait
+/// there, the other (the gate never held it, so none of its events can be on the way) loads at
+/// creation and grants its first reserve in milliseconds. The warm-up used to wait for the
+/// partition's lag and answer 503 "loading".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_voucher_on_a_busy_partition_loads_and_grants_at_once() {
+    let app = TestApp::builder()
+        .with_kafka()
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    let (busy, next) = codes_on_one_partition();
+    app.voucher(&busy, 10, json!({"flashSale": true})).await;
+    for i in 1..=3 {
+        assert_eq!(
+            app.reserve(&busy, i, &format!("o{i}"), 10).await.0,
+            StatusCode::CREATED
+        );
+    }
+    assert_eq!(in_flight(&app, &next).await, 3, "the partition is busy");
+
+    app.voucher(&next, 10, json!({"flashSale": true})).await;
+    assert_eq!(
+        app.gate_remaining(&next).await,
+        Some(10),
+        "loaded at creation"
+    );
+    let started = Instant::now();
+    let (status, body) = app.reserve(&next, 1, "n1", 10).await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert_eq!(in_flight(&app, &next).await, 4);
+}
+
+/// Two vouchers forced to one partition, and Redis emptied: while one sale's records wait
+/// there, a reserve of the other, ended voucher is refused by its rules at once (422), without
+/// loading it, where it used to wait on the partition's lag and answer 503 "loading".
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_voucher_sharing_a_busy_partition_is_refused_by_its_rules_without_loading() {
     let app = TestApp::builder()
@@ -550,12 +613,7 @@ async fn a_voucher_sharing_a_busy_partition_is_refused_by_its_rules_without_load
         .configure(|s| s.events.poll = false)
         .spawn()
         .await;
-    let busy = "SHARE0".to_owned();
-    let p = partition_for(&busy, PARTITIONS);
-    let ended = (1..1000)
-        .map(|i| format!("SHARE{i}"))
-        .find(|c| partition_for(c, PARTITIONS) == p)
-        .expect("a code on the same partition");
+    let (busy, ended) = codes_on_one_partition();
     app.voucher(&busy, 10, json!({"flashSale": true})).await;
     assert_eq!(app.reserve(&busy, 1, "o1", 10).await.0, StatusCode::CREATED);
     assert!(in_flight(&app, &busy).await > 0);
@@ -572,6 +630,8 @@ async fn a_voucher_sharing_a_busy_partition_is_refused_by_its_rules_without_load
         in_flight(&app, &ended).await > 0,
         "the busy sale's record is ahead of it"
     );
+    // A voucher the gate never held loads at once; after Redis lost its data, it must wait.
+    app.flush_gate().await;
     let (status, body) = app.reserve(&ended, 2, "o2", 10).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(body.contains("EXPIRED"), "{body}");

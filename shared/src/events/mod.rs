@@ -146,6 +146,9 @@ pub trait Transport: Send + Sync {
     /// Sends one event, within the settings' `EVENTS_TIMEOUT_MS`.
     fn send<'a>(&'a self, event: &'a ReservedEvent) -> BoxFuture<'a, Result<(), EventError>>;
 
+    /// `EVENTS_TIMEOUT_MS`: a send begun longer ago than this has been answered.
+    fn send_timeout(&self) -> Duration;
+
     /// How many events that may be for `code` have not landed in Postgres yet. While any may,
     /// the gate must not be loaded for it (their uses would be counted twice), and an order the
     /// gate does not know may still be on its way. SQS cannot tell one voucher's messages from

@@ -250,6 +250,10 @@ impl Transport for Sqs {
         self.send_message(event).boxed()
     }
 
+    fn send_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     fn in_flight<'a>(&'a self, _code: &'a VoucherCode) -> BoxFuture<'a, Result<u64, EventError>> {
         self.queue_depth().boxed()
     }

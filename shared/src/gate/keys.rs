@@ -13,6 +13,8 @@ pub struct Keys {
     pub pending: String,
     /// `SET NX` lock held by the one caller that loads the voucher.
     pub loading: String,
+    /// When a warm-up first found the voucher gone from a gate that had held it (`lost.lua`).
+    pub lost: String,
 }
 
 impl Keys {
@@ -25,6 +27,7 @@ impl Keys {
             orders: key("orders"),
             pending: key("pending"),
             loading: key("loading"),
+            lost: key("lost"),
         }
     }
 }
@@ -43,6 +46,7 @@ mod tests {
             &k.orders,
             &k.pending,
             &k.loading,
+            &k.lost,
         ] {
             assert!(key.starts_with("voucher:{SALE-1}:"), "{key}");
         }

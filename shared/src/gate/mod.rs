@@ -71,12 +71,26 @@ pub enum Removal {
 }
 
 /// What `lookup.lua` read: the order's entry, the customer's active uses in the gate, and the
-/// voucher's per-user limit there (None: not loaded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// voucher's per-user limit there (None: not loaded); with the trust when it was asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lookup {
     pub entry: Option<OrderEntry>,
     pub uses: i64,
     pub per_user: Option<i64>,
+    pub trust: Option<Trust>,
+}
+
+/// Whether the gate holds every order it ever granted for a voucher (`lua/incarnation.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trust {
+    /// Loaded into the copy of Redis' data it still runs on: an order it does not know was
+    /// never granted.
+    Intact,
+    /// Loaded, but Redis failed over or restarted since (its replication id is `replid` now):
+    /// the last grants before that may be lost, and their events may still be on the way.
+    Suspect { replid: String },
+    /// Not loaded: never, or Redis lost its data.
+    Unloaded,
 }
 
 /// What `patch.lua` did.
@@ -111,14 +125,18 @@ pub struct Gate {
     repair: Script,
     actives: Script,
     lookup: Script,
+    trust: Script,
+    lost: Script,
     unlock: Script,
 }
 
 const ENTRY: &str = include_str!("../../../lua/entry.lua");
 const RULES: &str = include_str!("../../../lua/rules.lua");
+const INCARNATION: &str = include_str!("../../../lua/incarnation.lua");
 
 /// A script with the preludes it uses in front of it: `lua/entry.lua` for those that read or
-/// write order entries, `lua/rules.lua` for those that decide.
+/// write order entries, `lua/rules.lua` for those that decide, `lua/incarnation.lua` for those
+/// that record or compare which copy of Redis' data they run on.
 fn script(preludes: &[&str], body: &str) -> Script {
     let mut text = preludes.join("\n");
     text.push('\n');
@@ -145,8 +163,13 @@ impl Gate {
             reserve: script(&[ENTRY, RULES], include_str!("../../../lua/reserve.lua")),
             validate: script(&[RULES], include_str!("../../../lua/validate.lua")),
             release: script(&[ENTRY], include_str!("../../../lua/release.lua")),
-            lookup: script(&[ENTRY], include_str!("../../../lua/lookup.lua")),
-            load: Script::new(include_str!("../../../lua/load.lua")),
+            lookup: script(
+                &[ENTRY, INCARNATION],
+                include_str!("../../../lua/lookup.lua"),
+            ),
+            trust: script(&[INCARNATION], include_str!("../../../lua/trust.lua")),
+            lost: Script::new(include_str!("../../../lua/lost.lua")),
+            load: script(&[INCARNATION], include_str!("../../../lua/load.lua")),
             patch: Script::new(include_str!("../../../lua/patch.lua")),
             sync: Script::new(include_str!("../../../lua/sync.lua")),
             repair: script(&[ENTRY], include_str!("../../../lua/repair.lua")),
@@ -315,6 +338,16 @@ impl Gate {
         order_id: &str,
         customer_id: Option<i64>,
     ) -> Result<Lookup, GateError> {
+        self.look(code, order_id, customer_id, false).await
+    }
+
+    async fn look(
+        &self,
+        code: &VoucherCode,
+        order_id: &str,
+        customer_id: Option<i64>,
+        with_trust: bool,
+    ) -> Result<Lookup, GateError> {
         let k = self.keys(code);
         let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
         let reply: Vec<String> = self
@@ -324,7 +357,8 @@ impl Gate {
                     .key(&k.users)
                     .key(&k.meta)
                     .arg(order_id)
-                    .arg(customer),
+                    .arg(customer)
+                    .arg(if with_trust { "1" } else { "" }),
             )
             .await?;
         parse_lookup(&reply)
@@ -337,6 +371,58 @@ impl Gate {
         order_id: &str,
     ) -> Result<Option<OrderEntry>, GateError> {
         Ok(self.lookup(code, order_id, None).await?.entry)
+    }
+
+    /// The order's entry, and in the same step whether the gate can be trusted to know every
+    /// order it granted: with [`Trust::Intact`], an order without an entry was never granted.
+    pub async fn order_with_trust(
+        &self,
+        code: &VoucherCode,
+        order_id: &str,
+    ) -> Result<(Option<OrderEntry>, Trust), GateError> {
+        let seen = self.look(code, order_id, None, true).await?;
+        let trust = seen
+            .trust
+            .ok_or_else(|| GateError::Reply("lookup without its trust".into()))?;
+        Ok((seen.entry, trust))
+    }
+
+    /// A voucher gone from a gate that had held it: how long ago a warm-up first found it so
+    /// (zero the first time). See `lua/lost.lua`.
+    pub async fn lost_for(&self, code: &VoucherCode) -> Result<Duration, GateError> {
+        /// Long enough for any wait; past it a later look starts the clock again.
+        const LOST_TTL: Duration = Duration::from_secs(600);
+        let k = self.keys(code);
+        let ms: i64 = self
+            .invoke(self.lost.key(&k.lost).arg(LOST_TTL.as_millis() as u64))
+            .await?;
+        Ok(Duration::from_millis(ms.max(0) as u64))
+    }
+
+    /// After a [`Trust::Suspect`] answer: how long ago the node that reported `replid` was
+    /// first found suspect (now, if this is the first time). None: the voucher is not loaded
+    /// any more, or Redis changed hands again.
+    pub async fn suspect_for(
+        &self,
+        code: &VoucherCode,
+        replid: &str,
+    ) -> Result<Option<Duration>, GateError> {
+        let k = self.keys(code);
+        let ms: i64 = self
+            .invoke(self.trust.key(&k.meta).arg("notice").arg(replid))
+            .await?;
+        Ok(u64::try_from(ms).ok().map(Duration::from_millis))
+    }
+
+    /// Once every event a suspect gate may have lost has landed: the gate is trusted again on
+    /// the node that reported `replid`. False when it is not loaded or Redis changed hands
+    /// again.
+    pub async fn trust_again(&self, code: &VoucherCode, replid: &str) -> Result<bool, GateError> {
+        let k = self.keys(code);
+        let trusted: i64 = self
+            .invoke(self.trust.key(&k.meta).arg("trust").arg(replid))
+            .await?;
+        Ok(trusted == 1)
     }
 
     /// Orders reserved in the gate that Postgres may not have yet, with their reserve time (ms).
@@ -423,6 +509,7 @@ impl Gate {
         let mut inv = self.load.key(&k.meta);
         inv.key(&k.remaining)
             .key(&k.users)
+            .key(&k.lost)
             .arg(remaining)
             .arg(fields.len())
             .arg(&fields);

@@ -1,7 +1,7 @@
 //! The Lua scripts' replies, parsed: a reply that is not what the script answers is a
 //! [`GateError::Reply`], never a default.
 
-use super::{GateError, GateReply, Lookup, OrderEntry, Patched, Removed};
+use super::{GateError, GateReply, Lookup, OrderEntry, Patched, Removed, Trust};
 use crate::domain::{Held, ReserveOutcome};
 
 fn num(s: &str) -> Result<i64, GateError> {
@@ -30,10 +30,21 @@ pub(super) fn parse_reserve(reply: &[String]) -> Result<GateReply, GateError> {
 }
 
 /// `lookup.lua`'s reply: `{state, customer, reservedMs, expiresMs, discount, amount, uses,
-/// perUser}`.
+/// perUser, trust, replid}`.
 pub(super) fn parse_lookup(reply: &[String]) -> Result<Lookup, GateError> {
-    let [state, customer, reserved, expires, discount, amount, uses, per_user] = reply else {
+    let [state, customer, reserved, expires, discount, amount, uses, per_user, trust, replid] =
+        reply
+    else {
         return Err(GateError::Reply(format!("{reply:?}")));
+    };
+    let trust = match trust.as_str() {
+        "" => None,
+        "intact" => Some(Trust::Intact),
+        "unloaded" => Some(Trust::Unloaded),
+        "suspect" => Some(Trust::Suspect {
+            replid: replid.clone(),
+        }),
+        other => return Err(GateError::Reply(format!("unknown trust {other:?}"))),
     };
     let entry = match state.as_str() {
         "" => None,
@@ -58,6 +69,7 @@ pub(super) fn parse_lookup(reply: &[String]) -> Result<Lookup, GateError> {
         entry,
         uses: num(uses)?,
         per_user,
+        trust,
     })
 }
 
@@ -134,9 +146,13 @@ mod tests {
             entry,
             uses,
             per_user,
+            trust: None,
         };
         assert_eq!(
-            parse_lookup(&s(&["A", "42", "1000", "901000", "5", "70000", "1", "2"])).unwrap(),
+            parse_lookup(&s(&[
+                "A", "42", "1000", "901000", "5", "70000", "1", "2", "", ""
+            ]))
+            .unwrap(),
             lookup(
                 Some(OrderEntry::Active {
                     held,
@@ -147,19 +163,36 @@ mod tests {
             )
         );
         assert_eq!(
-            parse_lookup(&s(&["R", "42", "1", "2", "3", "0", "0", "1"])).unwrap(),
+            parse_lookup(&s(&["R", "42", "1", "2", "3", "0", "0", "1", "", ""])).unwrap(),
             lookup(Some(OrderEntry::Tombstone(Some(42))), 0, Some(1))
         );
         assert_eq!(
-            parse_lookup(&s(&["R", "", "0", "0", "0", "0", "0", "1"])).unwrap(),
+            parse_lookup(&s(&["R", "", "0", "0", "0", "0", "0", "1", "", ""])).unwrap(),
             lookup(Some(OrderEntry::Tombstone(None)), 0, Some(1))
         );
         assert_eq!(
-            parse_lookup(&s(&["", "", "0", "0", "0", "0", "2", ""])).unwrap(),
+            parse_lookup(&s(&["", "", "0", "0", "0", "0", "2", "", "", ""])).unwrap(),
             lookup(None, 2, None)
         );
-        assert!(parse_lookup(&s(&["X", "1", "0", "0", "0", "0", "0", "1"])).is_err());
+        assert!(parse_lookup(&s(&["X", "1", "0", "0", "0", "0", "0", "1", "", ""])).is_err());
         assert!(parse_lookup(&s(&["A", "1"])).is_err());
+        let empty = ["", "", "0", "0", "0", "0", "0", ""];
+        let with = |trust: &str, replid: &str| {
+            let mut v = s(&empty);
+            v.extend(s(&[trust, replid]));
+            parse_lookup(&v).unwrap().trust
+        };
+        assert_eq!(with("intact", "abc"), Some(Trust::Intact));
+        assert_eq!(with("unloaded", "abc"), Some(Trust::Unloaded));
+        assert_eq!(
+            with("suspect", "abc"),
+            Some(Trust::Suspect {
+                replid: "abc".into()
+            })
+        );
+        let mut v = s(&empty);
+        v.extend(s(&["trusted", ""]));
+        assert!(parse_lookup(&v).is_err());
     }
 
     #[test]

@@ -234,6 +234,7 @@ impl From<GetReservationError> for ApiError {
             }
             GetReservationError::Unavailable(e) => e.into(),
             GetReservationError::Gate(e) => e.into(),
+            GetReservationError::Pending => ApiError::unavailable(message),
         }
     }
 }

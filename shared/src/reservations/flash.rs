@@ -16,7 +16,7 @@ use crate::domain::{
 };
 use crate::errors::{FromGateError, GetReservationError, ReserveError, StoreError, WarmupError};
 use crate::events::{ReservedEvent, Transport};
-use crate::gate::{Gate, GateError, Lookup, OrderEntry, Removal};
+use crate::gate::{Gate, Lookup, OrderEntry, Removal, Trust};
 use crate::store::{Merge, MergeOutcome, Merged, Store};
 use crate::telemetry::Chain;
 
@@ -147,6 +147,8 @@ impl Flash {
             Err(GetReservationError::Unavailable(e)) => Err(e.into()),
             Err(GetReservationError::Gate(e)) => Err(e.into()),
             Err(GetReservationError::Invalid(e)) => Err(e.into()),
+            // Unknown to Postgres, and the gate cannot say yet: the rules decide when it can.
+            Err(GetReservationError::Pending) => Ok(None),
         }
     }
 
@@ -163,6 +165,7 @@ impl Flash {
             entry,
             uses,
             per_user,
+            ..
         }) = seen
         else {
             // Redis down as well: the voucher was sold out a moment ago and nothing is written.
@@ -313,36 +316,32 @@ impl Flash {
     }
 
     /// Mode B: writes a reservation that is still on its way to Postgres from what the gate
-    /// holds, with `status`; the late event then merges into nothing. None: mode A, or the gate
-    /// does not know the order. A tombstone gives a merge without a row (released).
+    /// holds, with `status`; the late event then merges into nothing. None: mode A, or no such
+    /// order (see [`Flash::never_granted`]). A tombstone gives a merge without a row
+    /// (released).
     pub(super) async fn merge_from_gate(
         &self,
         code: &VoucherCode,
         order_id: &OrderId,
         status: Status,
     ) -> Result<Option<Merged>, FromGateError> {
-        let Some(events) = &self.events else {
+        if self.events.is_none() {
             return Ok(None);
-        };
+        }
         let order = order_id.as_str();
-        let (held, order_amount) = match self.gate.order(code, order).await? {
-            // Unknown to both. If Redis lost its data, the order may be one whose event is
-            // still on its way: it is "not found" only once the voucher's events have drained (the chaos
-            // run found 201s answered 404 on confirm this way).
-            None => {
-                return match events.in_flight(code).await {
-                    Ok(0) => Ok(None),
-                    _ => Err(FromGateError::Pending),
-                }
+        let (held, order_amount) = match self.gate.order_with_trust(code, order).await? {
+            (None, trust) => {
+                self.never_granted(code, trust).await?;
+                return Ok(None);
             }
-            Some(OrderEntry::Tombstone(_)) => {
+            (Some(OrderEntry::Tombstone(_)), _) => {
                 return Ok(Some(Merged {
                     outcome: MergeOutcome::Unchanged,
                     row: None,
                     flash_sale: true,
                 }))
             }
-            Some(OrderEntry::Active { held, order_amount }) => (held, order_amount),
+            (Some(OrderEntry::Active { held, order_amount }), _) => (held, order_amount),
         };
         let merge = Merge::held(code, order, held, order_amount, status);
         let merged = self.store.merge(&merge).await?;
@@ -352,19 +351,23 @@ impl Flash {
 
     /// Mode B: the reservation as the gate holds it, for an order whose event has not landed
     /// (the same fields the 201 gave). None: mode A, or the gate holds no use for the order (a
-    /// tombstone's row is written by the release that made it, so Postgres answers for it).
+    /// tombstone's row is written by the release that made it, so Postgres answers for it; an
+    /// unknown order was never granted, see [`Flash::never_granted`]).
     pub(super) async fn held_in_gate(
         &self,
         code: &VoucherCode,
         order_id: &OrderId,
-    ) -> Result<Option<ReservationView>, GateError> {
+    ) -> Result<Option<ReservationView>, FromGateError> {
         if self.events.is_none() {
             return Ok(None);
         }
-        let Some(OrderEntry::Active { held, .. }) =
-            self.gate.order(code, order_id.as_str()).await?
-        else {
-            return Ok(None);
+        let held = match self.gate.order_with_trust(code, order_id.as_str()).await? {
+            (Some(OrderEntry::Active { held, .. }), _) => held,
+            (Some(OrderEntry::Tombstone(_)), _) => return Ok(None),
+            (None, trust) => {
+                self.never_granted(code, trust).await?;
+                return Ok(None);
+            }
         };
         Ok(
             DateTime::from_timestamp_millis(held.expires_ms).map(|expires_at| ReservationView {
@@ -375,6 +378,80 @@ impl Flash {
                 expires_at,
             }),
         )
+    }
+
+    /// Mode B, an order that neither Postgres nor the gate knows: Ok when it was never granted,
+    /// [`FromGateError::Pending`] while it may be a grant whose entry Redis lost and whose event
+    /// is still on its way.
+    ///
+    /// The gate records every grant before its event is sent. So while the gate is the very
+    /// copy of Redis' data it was loaded into ([`Trust::Intact`]), an order it does not know
+    /// does not exist, whatever is in flight: 404 at once. A voucher the gate never loaded has
+    /// no events at all. Only after a loss (a failover or restart since the load, or the
+    /// voucher gone from a gate that had it) could one be on its way; the voucher's own count
+    /// of them (the `pending` set) was lost with it, so the transport's count stands in (the
+    /// partition's lag, the queue's depth). Once that is zero every lost grant has landed, and a
+    /// suspect gate is trusted again (after one send timeout: a grant made just before the
+    /// failover may still be in its send).
+    async fn never_granted(&self, code: &VoucherCode, trust: Trust) -> Result<(), FromGateError> {
+        let Some(events) = &self.events else {
+            return Ok(());
+        };
+        match trust {
+            Trust::Intact => Ok(()),
+            Trust::Unloaded if !self.store.gate_loaded(code).await? => Ok(()),
+            Trust::Unloaded => match events.in_flight(code).await {
+                Ok(0) => Ok(()),
+                _ => Err(FromGateError::Pending),
+            },
+            Trust::Suspect { replid } => {
+                // A lost grant's event may still be in its send for up to one send timeout
+                // after the failover: counted from when the suspicion was first noticed.
+                let waited = self.gate.suspect_for(code, &replid).await?;
+                if waited.is_none_or(|w| w < events.send_timeout()) {
+                    return Err(FromGateError::Pending);
+                }
+                if !matches!(events.in_flight(code).await, Ok(0)) {
+                    return Err(FromGateError::Pending);
+                }
+                if self.gate.trust_again(code, &replid).await? {
+                    tracing::info!(
+                        code = code.as_str(),
+                        "the gate is trusted again: the grants made before Redis changed hands have landed"
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Mode B: the uses the gate granted whose events have not landed yet (orders pending in
+    /// the gate without a row), so that the voucher view counts what clients were told. Zero in
+    /// mode A, and when the gate cannot say (Redis down, or it lost its data: the view then
+    /// shows what Postgres holds, as it says).
+    pub(super) async fn uses_in_flight(&self, code: &VoucherCode) -> i64 {
+        if self.events.is_none() {
+            return 0;
+        }
+        let counted = async {
+            let pending: Vec<String> = self
+                .gate
+                .pending(code)
+                .await?
+                .into_iter()
+                .map(|(order, _)| order)
+                .collect();
+            if pending.is_empty() {
+                return Ok(0);
+            }
+            Ok::<i64, Box<dyn std::error::Error + Send + Sync>>(
+                self.store.without_rows(code, &pending).await?,
+            )
+        };
+        counted.await.unwrap_or_else(|e| {
+            tracing::warn!(code = code.as_str(), error = %e, "uses in flight not counted in the view");
+            0
+        })
     }
 
     /// A release went through Postgres: a flash voucher's use goes back to its gate.

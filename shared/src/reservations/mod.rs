@@ -95,12 +95,23 @@ impl Reservations {
         Ok(view)
     }
 
+    /// The voucher as Postgres has it; in mode B, a flash voucher's uses whose events are still
+    /// on their way count too (as reserved), so the view agrees with the 201s given.
     pub async fn voucher(&self, code: &VoucherCode) -> Result<VoucherView, GetVoucherError> {
-        self.store.voucher(code).await
+        let mut view = self.store.voucher(code).await?;
+        if view.flash_sale {
+            let in_flight = self.flash.uses_in_flight(code).await;
+            view.used_count += in_flight;
+            view.reserved_count += in_flight;
+            view.remaining -= in_flight;
+        }
+        Ok(view)
     }
 
     /// A reservation as Postgres has it; in mode B, one whose event has not landed yet as the
-    /// gate holds it (what the 201 said), so a client reads back what it just reserved.
+    /// gate holds it (what the 201 said), so a client reads back what it just reserved. An
+    /// order neither knows is 404 at once, unless the gate lost data and events are still on
+    /// their way (503, see `Flash::never_granted`).
     pub async fn reservation(
         &self,
         code: &VoucherCode,

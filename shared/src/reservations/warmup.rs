@@ -3,8 +3,8 @@
 //! `SET NX` lock whose token is checked when it is released; the others wait for it briefly.
 //!
 //! The gate is loaded with `total_limit` less the uses Postgres holds, never `total_limit`, and in mode B never
-//! while events may be in flight: Postgres does not count them yet, so their uses would be
-//! handed out twice.
+//! while events of the voucher may be in flight: Postgres does not count them yet, so their uses
+//! would be handed out twice.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,9 +97,27 @@ impl Warmup {
     }
 
     /// Under the lock: a waiter never asks the queue, only the one about to load does.
+    ///
+    /// Mode B: a voucher the gate never held has no event on the way, and loads at once,
+    /// whatever other vouchers' sales are sending. One the gate held before and lost (Redis
+    /// lost its data) may: Postgres does not count those uses yet, and the voucher's own count
+    /// of them went with the gate, so the transport's count stands in (its partition's lag,
+    /// the queue's depth) until they have landed, and at least one send timeout has passed
+    /// since the loss was first noticed (a grant made just before it may still be in its send).
+    /// The mark is written before the check, so a load that dies half-way still leaves its
+    /// voucher marked.
     async fn load(&self, code: &VoucherCode) -> Result<bool, WarmupError> {
-        if let Some(events) = &self.events {
-            if events.in_flight(code).await? > 0 {
+        let held_before = self
+            .store
+            .mark_gate_loaded(code)
+            .await?
+            .ok_or(WarmupError::NotFound)?;
+        if let (Some(events), true) = (&self.events, held_before) {
+            // A grant lost with the data may still be in its send for up to one send timeout
+            // after the loss: counted from when the loss was first noticed.
+            if self.gate.lost_for(code).await? < events.send_timeout()
+                || events.in_flight(code).await? > 0
+            {
                 return Err(WarmupError::EventsInFlight);
             }
         }

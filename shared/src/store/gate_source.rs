@@ -96,4 +96,35 @@ impl Store {
             users: customers.into_iter().zip(actives).collect(),
         }))
     }
+
+    /// Marks the voucher as loaded into the gate, before it is loaded: answers whether it was
+    /// marked already (None: no such voucher). Written once in a voucher's life. See
+    /// `migrations/V9__gate_loaded.sql`.
+    pub async fn mark_gate_loaded(&self, code: &VoucherCode) -> Result<Option<bool>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "WITH was AS (SELECT gate_loaded FROM voucher WHERE code = $1),
+                      mark AS (UPDATE voucher SET gate_loaded = true
+                                WHERE code = $1 AND NOT gate_loaded)
+                 SELECT gate_loaded FROM was",
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    /// Has the gate ever loaded this voucher? (false for an unknown voucher.)
+    pub async fn gate_loaded(&self, code: &VoucherCode) -> Result<bool, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT gate_loaded FROM voucher WHERE code = $1",
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await?;
+        Ok(rows.first().is_some_and(|r| r.get(0)))
+    }
 }

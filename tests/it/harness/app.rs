@@ -63,8 +63,10 @@ pub struct TestAppBuilder {
     events: Option<(String, u32)>,
     /// Mode B on Kafka, at these brokers.
     kafka: Option<String>,
-    /// Reads of Postgres wait for the voucher's events to land ([`TestApp::settle`]): the
-    /// contract tests in mode B, which compare Postgres with what the API answered.
+    /// Direct reads of Postgres' tables ([`TestApp::counts`]) wait for the voucher's events to
+    /// land ([`TestApp::settle`]): the contract tests in mode B compare the tables with what
+    /// the API answered, and the tables hold a use only once its event has landed. Reads
+    /// through the API never wait.
     settle_reads: bool,
     configure: Vec<Configure>,
 }
@@ -435,9 +437,6 @@ impl TestApp {
     }
 
     pub async fn view(&self, code: &str) -> Value {
-        if self.settle_reads {
-            self.settle(code).await;
-        }
         let (status, v) = self.get_voucher(code).await;
         assert_eq!(status, StatusCode::OK, "{v}");
         v
@@ -557,6 +556,20 @@ impl TestApp {
 
     /// Deletes every gate key of this test: Redis "restarted empty" for this test alone. One
     /// `DEL` of them all, so the keys go at once, as in a restart.
+    /// A failover as the gate sees it: the voucher's `meta` says it was loaded into another
+    /// copy of Redis' data than the one now serving (a replica promoted since, which may lack
+    /// the last grants).
+    pub async fn pretend_failover(&self, code: &str) {
+        let mut r = self.redis().await;
+        redis::cmd("HSET")
+            .arg(self.gate_keys(code).meta)
+            .arg("replid")
+            .arg("0000000000000000000000000000000000000000")
+            .query_async::<i64>(&mut r)
+            .await
+            .unwrap();
+    }
+
     pub async fn flush_gate(&self) {
         let mut r = self.redis().await;
         let keys: Vec<String> = redis::cmd("KEYS")
@@ -649,5 +662,21 @@ pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// GET, confirm and release of an order nobody reserved: 404 RESERVATION_NOT_FOUND each.
+pub async fn assert_never_reserved(app: &TestApp, code: &str, order: &str) {
+    let answers = [
+        app.get_reservation(code, order).await,
+        app.confirm(code, order).await,
+        app.release(code, order).await,
+    ];
+    for (status, body) in answers {
+        assert_eq!(
+            (status, &body["error"]),
+            (StatusCode::NOT_FOUND, &json!("RESERVATION_NOT_FOUND")),
+            "{body}"
+        );
     }
 }

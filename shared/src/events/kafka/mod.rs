@@ -112,6 +112,10 @@ impl Transport for Kafka {
         self.produce(event).boxed()
     }
 
+    fn send_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     fn in_flight<'a>(&'a self, code: &'a VoucherCode) -> BoxFuture<'a, Result<u64, EventError>> {
         self.lag(code).boxed()
     }
