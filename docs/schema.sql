@@ -716,6 +716,12 @@ CREATE INDEX redemption_by_status ON public.redemption USING btree (voucher_code
 CREATE INDEX redemption_reserved_expiry ON public.redemption USING btree (expires_at) WHERE (status = 1);
 
 --
+-- Name: voucher_in_gate; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX voucher_in_gate ON public.voucher USING btree (code) WHERE gate_loaded;
+
+--
 -- Name: voucher_slot voucher_slot_caps_sum; Type: TRIGGER; Schema: public; Owner: -
 --
 

@@ -1,7 +1,8 @@
 -- Flashgate gate: take an order out of the gate. Safe to call any number of times. Runs after
 -- entry.lua.
 --
--- KEYS[1] remaining  KEYS[2] users  KEYS[3] orders  KEYS[4] pending   (see reserve.lua)
+-- KEYS[1] remaining  KEYS[2] users  KEYS[3] orders  KEYS[4] pending  KEYS[5] meta
+-- (see reserve.lua)
 -- ARGV[1] orderId
 -- ARGV[2] give_back  '1': an active order's use returns to `remaining`; '0': it does not
 --                    (REVOKED: Postgres refused the use, so the gate had one too many)
@@ -12,9 +13,14 @@
 --                    lost data: one use and one customer use come back, the order stays)
 -- ARGV[4] customerId for a tombstone of an order the gate never saw ('' if unknown)
 --
--- Returns RELEASED (was active), ALREADY (was a tombstone) or UNKNOWN (no entry).
+-- Returns RELEASED (was active), ALREADY (was a tombstone), UNKNOWN (no entry) or NOT_LOADED (the
+-- voucher is not in the gate: nothing is written, so a retired voucher leaves no key behind, and
+-- a gate that lost its data is loaded again from Postgres, which has the release).
 local order, give_back, tombstone = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
 local keep = ARGV[3] == 'keep'
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  return 'NOT_LOADED'
+end
 local e = entry_parse(redis.call('HGET', KEYS[3], order))
 redis.call('ZREM', KEYS[4], order)
 if not e then

@@ -89,7 +89,7 @@ impl App {
             store.clone(),
             gate.clone(),
             reservations.warmup().clone(),
-            settings.sweep.orphan_grace,
+            &settings.sweep,
         );
         let consumer = Consumer::new(store.clone(), gate.clone());
         Ok(App {

@@ -111,6 +111,10 @@ pub struct SweepSettings {
     /// its row or event ever came, so its use comes back at the first sweep after the TTL (a
     /// late event merges into the RELEASED row).
     pub orphan_grace: Duration,
+    /// `GATE_RETIRE_AFTER_SECONDS`: this long after a flash sale's end, with nothing of it in
+    /// flight, the sweeper removes every gate key of the voucher; Postgres answers for it from
+    /// then on.
+    pub retire_after: Duration,
 }
 
 /// The local server (`flashgate serve`). In AWS, API Gateway does this job, so the Lambda
@@ -373,6 +377,11 @@ impl Settings {
             sweep: SweepSettings {
                 interval: Duration::from_secs(parse(&get, "SWEEP_INTERVAL_SECONDS", 60)?),
                 orphan_grace: Duration::from_secs(parse(&get, "ORPHAN_GRACE_SECONDS", 0)?),
+                retire_after: Duration::from_secs(parse(
+                    &get,
+                    "GATE_RETIRE_AFTER_SECONDS",
+                    86_400,
+                )?),
             },
             server: ServerSettings {
                 port: parse(&get, "PORT", 3000)?,

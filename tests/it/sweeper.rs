@@ -1,6 +1,6 @@
 //! The sweeper (docs/ARCHITECTURE.md, "The sweeper") on real Postgres and Redis: expiry in
 //! both modes, two sweeps at once, orphan recovery, drift repair, a large backlog in bounded
-//! batches, and the Lambda entry with an EventBridge fixture.
+//! batches, retirement of a sale that is over, and the Lambda entry with an EventBridge fixture.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -380,4 +380,112 @@ async fn a_failed_gate_release_is_finished_by_the_sweep() {
 
 fn shared_error(body: &str) -> String {
     crate::harness::error_of(body)
+}
+
+/// A sale that is over leaves the gate: once it ended (here with no delay) and nothing of it is
+/// in flight, the sweep removes every gate key of the voucher. Every answer afterwards is the
+/// one given before, byte for byte for a replayed reserve, from Postgres; a release or an expiry
+/// writes no gate key back; and a change that reopens the window loads it again.
+async fn a_sale_that_is_over_leaves_the_gate_and_answers_the_same_after(app: TestApp) {
+    let ends = Utc::now() + chrono::Duration::seconds(2);
+    app.voucher(
+        "OVERSOON",
+        5,
+        json!({"flashSale": true, "endsAt": ends.to_rfc3339()}),
+    )
+    .await;
+    let mut firsts = Vec::new();
+    for i in 1..=3 {
+        let (status, body) = app.reserve("OVERSOON", i, &format!("o{i}"), 100).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        firsts.push(body);
+    }
+    assert_eq!(app.confirm("OVERSOON", "o2").await.0, StatusCode::OK);
+    assert_eq!(
+        app.release("OVERSOON", "o3").await.0,
+        StatusCode::NO_CONTENT
+    );
+    app.settle("OVERSOON").await;
+    tokio::time::sleep(
+        (ends - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(100),
+    )
+    .await;
+
+    // Every answer while the gate still holds the voucher...
+    let answers = async || {
+        vec![
+            app.reserve("OVERSOON", 1, "o1", 100).await,
+            app.reserve("OVERSOON", 3, "o3", 100).await,
+            app.reserve("OVERSOON", 4, "o4", 100).await,
+            app.reserve("OVERSOON", 2, "o1", 100).await,
+            (app.get_reservation("OVERSOON", "o1").await.0, String::new()),
+            (
+                StatusCode::OK,
+                app.get_reservation("OVERSOON", "o2").await.1.to_string(),
+            ),
+            (
+                StatusCode::OK,
+                app.get_reservation("OVERSOON", "o3").await.1.to_string(),
+            ),
+            (StatusCode::OK, app.view("OVERSOON").await.to_string()),
+        ]
+    };
+    let before = answers().await;
+    assert_eq!(
+        before[0],
+        (StatusCode::CREATED, firsts[0].clone()),
+        "a replay"
+    );
+    assert!(app.gate_key_count("OVERSOON").await > 0);
+
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.retired, 1, "{report:?}");
+    assert_eq!(app.gate_key_count("OVERSOON").await, 0, "every key gone");
+    // ... is the answer after it, from Postgres.
+    assert_eq!(answers().await, before);
+    assert_eq!(app.gate_key_count("OVERSOON").await, 0, "not loaded again");
+
+    // Confirm, release and expiry go through Postgres, and write no gate key back.
+    assert_eq!(app.confirm("OVERSOON", "o1").await.0, StatusCode::OK);
+    assert_eq!(
+        app.release("OVERSOON", "o2").await.0,
+        StatusCode::NO_CONTENT
+    );
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.retired, 0, "nothing left to retire");
+    assert_eq!(app.gate_key_count("OVERSOON").await, 0);
+    assert_eq!(app.view("OVERSOON").await["usedCount"], 1);
+
+    // Reopened: loaded again through warm-up, with what Postgres holds.
+    let later = (Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let (status, body) = app
+        .patch_voucher("OVERSOON", json!({"endsAt": later}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        app.reserve("OVERSOON", 5, "o5", 100).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(app.gate_remaining("OVERSOON").await, Some(3));
+}
+
+#[tokio::test]
+async fn a_flash_sale_that_is_over_leaves_the_gate_in_mode_a() {
+    let app = TestApp::builder()
+        .flash(true)
+        .configure(|s| s.sweep.retire_after = Duration::ZERO)
+        .spawn()
+        .await;
+    a_sale_that_is_over_leaves_the_gate_and_answers_the_same_after(app).await;
+}
+
+#[tokio::test]
+async fn a_flash_sale_that_is_over_leaves_the_gate_in_mode_b() {
+    let app = TestApp::builder()
+        .flash(true)
+        .with_events(3)
+        .configure(|s| s.sweep.retire_after = Duration::ZERO)
+        .spawn()
+        .await;
+    a_sale_that_is_over_leaves_the_gate_and_answers_the_same_after(app).await;
 }

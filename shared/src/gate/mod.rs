@@ -110,6 +110,22 @@ pub enum Removed {
     Released,
     Already,
     Unknown,
+    /// The voucher is not in the gate: nothing written.
+    NotLoaded,
+}
+
+/// What `retire.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retired {
+    /// Every key of the voucher is gone.
+    Retired,
+    /// The gate's own rules say the sale ended less than the retirement delay ago (a change
+    /// reopened it): kept.
+    Live,
+    /// An order is still on its way to Postgres: kept.
+    Pending,
+    /// A loader or a change holds the gate lock: kept, for the next sweep.
+    Locked,
 }
 
 pub struct Gate {
@@ -127,6 +143,7 @@ pub struct Gate {
     lookup: Script,
     trust: Script,
     lost: Script,
+    retire: Script,
     unlock: Script,
 }
 
@@ -169,6 +186,7 @@ impl Gate {
             ),
             trust: script(&[INCARNATION], include_str!("../../../lua/trust.lua")),
             lost: Script::new(include_str!("../../../lua/lost.lua")),
+            retire: Script::new(include_str!("../../../lua/retire.lua")),
             load: script(&[INCARNATION], include_str!("../../../lua/load.lua")),
             patch: Script::new(include_str!("../../../lua/patch.lua")),
             sync: Script::new(include_str!("../../../lua/sync.lua")),
@@ -320,6 +338,7 @@ impl Gate {
                     .key(&k.users)
                     .key(&k.orders)
                     .key(&k.pending)
+                    .key(&k.meta)
                     .arg(order_id)
                     .arg(give_back)
                     .arg(tombstone)
@@ -385,6 +404,38 @@ impl Gate {
             .trust
             .ok_or_else(|| GateError::Reply("lookup without its trust".into()))?;
         Ok((seen.entry, trust))
+    }
+
+    /// Removes every key of a voucher whose sale ended at least `after` before `now_ms` (by the
+    /// gate's own copy of the rules) and that has no order pending. See `lua/retire.lua`.
+    pub async fn retire(
+        &self,
+        code: &VoucherCode,
+        now_ms: i64,
+        after: Duration,
+    ) -> Result<Retired, GateError> {
+        let k = self.keys(code);
+        let reply: String = self
+            .invoke(
+                self.retire
+                    .key(&k.meta)
+                    .key(&k.remaining)
+                    .key(&k.users)
+                    .key(&k.orders)
+                    .key(&k.pending)
+                    .key(&k.loading)
+                    .key(&k.lost)
+                    .arg(now_ms)
+                    .arg(after.as_millis() as u64),
+            )
+            .await?;
+        match reply.as_str() {
+            "RETIRED" => Ok(Retired::Retired),
+            "LIVE" => Ok(Retired::Live),
+            "PENDING" => Ok(Retired::Pending),
+            "LOCKED" => Ok(Retired::Locked),
+            other => Err(GateError::Reply(other.to_owned())),
+        }
     }
 
     /// A voucher gone from a gate that had held it: how long ago a warm-up first found it so

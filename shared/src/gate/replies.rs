@@ -89,6 +89,7 @@ pub(super) fn parse_removed(reply: &str) -> Result<Removed, GateError> {
         "RELEASED" => Ok(Removed::Released),
         "ALREADY" => Ok(Removed::Already),
         "UNKNOWN" => Ok(Removed::Unknown),
+        "NOT_LOADED" => Ok(Removed::NotLoaded),
         other => Err(GateError::Reply(other.to_owned())),
     }
 }

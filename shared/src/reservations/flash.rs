@@ -110,6 +110,12 @@ impl Flash {
                 return Err(e.into());
             }
             reply = ask().await?;
+            if reply.outcome == ReserveOutcome::NotLoaded {
+                // The sale is over and the gate does not hold it (retired, or never loaded):
+                // Postgres decides, as for a standard voucher. A retry of an order it holds
+                // gets its first answer again; any other reserve is refused (EXPIRED).
+                return self.writes.reserve(r, now).await;
+            }
         }
         if reply.outcome == ReserveOutcome::OutOfStock {
             self.sold_out.mark(&r.code);
@@ -399,7 +405,7 @@ impl Flash {
         };
         match trust {
             Trust::Intact => Ok(()),
-            Trust::Unloaded if !self.store.gate_loaded(code).await? => Ok(()),
+            Trust::Unloaded if self.store.gate_loaded(code).await? != Some(true) => Ok(()),
             Trust::Unloaded => match events.in_flight(code).await {
                 Ok(0) => Ok(()),
                 _ => Err(FromGateError::Pending),

@@ -98,18 +98,20 @@ impl Warmup {
 
     /// Under the lock: a waiter never asks the queue, only the one about to load does.
     ///
-    /// Mode B: a voucher the gate never held has no event on the way, and loads at once,
-    /// whatever other vouchers' sales are sending. One the gate held before and lost (Redis
-    /// lost its data) may: Postgres does not count those uses yet, and the voucher's own count
-    /// of them went with the gate, so the transport's count stands in (its partition's lag,
-    /// the queue's depth) until they have landed, and at least one send timeout has passed
+    /// Mode B: a voucher the gate never held (or retired) has no event on the way, and loads at
+    /// once, whatever other vouchers' sales are sending. One the gate held before and lost
+    /// (Redis lost its data) may: Postgres does not count those uses yet, and the voucher's own
+    /// count of them went with the gate, so the transport's count stands in (its partition's
+    /// lag, the queue's depth) until they have landed, and at least one send timeout has passed
     /// since the loss was first noticed (a grant made just before it may still be in its send).
-    /// The mark is written before the check, so a load that dies half-way still leaves its
-    /// voucher marked.
+    ///
+    /// A sale that has ended is not loaded into a gate that does not hold it: Postgres answers
+    /// for it (false, nothing loaded). The mark is written before the load, so a load that dies
+    /// half-way still leaves its voucher marked.
     async fn load(&self, code: &VoucherCode) -> Result<bool, WarmupError> {
         let held_before = self
             .store
-            .mark_gate_loaded(code)
+            .gate_loaded(code)
             .await?
             .ok_or(WarmupError::NotFound)?;
         if let (Some(events), true) = (&self.events, held_before) {
@@ -128,6 +130,12 @@ impl Warmup {
             .ok_or(WarmupError::NotFound)?;
         if !source.flash_sale {
             return Err(WarmupError::NotFlashSale);
+        }
+        if !held_before {
+            if source.rules.ends_at <= Utc::now() {
+                return Ok(false);
+            }
+            self.store.mark_gate_loaded(code).await?;
         }
         let meta = GateMeta::of(
             &source.rules,

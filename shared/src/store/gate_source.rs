@@ -97,26 +97,33 @@ impl Store {
         }))
     }
 
-    /// Marks the voucher as loaded into the gate, before it is loaded: answers whether it was
-    /// marked already (None: no such voucher). Written once in a voucher's life. See
+    /// Marks the voucher as one the gate may hold, before it is loaded. See
     /// `migrations/V9__gate_loaded.sql`.
-    pub async fn mark_gate_loaded(&self, code: &VoucherCode) -> Result<Option<bool>, StoreError> {
-        let rows = self
-            .client()
+    pub async fn mark_gate_loaded(&self, code: &VoucherCode) -> Result<(), StoreError> {
+        self.client()
             .await?
             .query_typed(
-                "WITH was AS (SELECT gate_loaded FROM voucher WHERE code = $1),
-                      mark AS (UPDATE voucher SET gate_loaded = true
-                                WHERE code = $1 AND NOT gate_loaded)
-                 SELECT gate_loaded FROM was",
+                "UPDATE voucher SET gate_loaded = true WHERE code = $1 AND NOT gate_loaded",
                 &[(&code.as_str(), Type::TEXT)],
             )
             .await?;
-        Ok(rows.first().map(|r| r.get(0)))
+        Ok(())
     }
 
-    /// Has the gate ever loaded this voucher? (false for an unknown voucher.)
-    pub async fn gate_loaded(&self, code: &VoucherCode) -> Result<bool, StoreError> {
+    /// The sweeper retired the voucher from the gate (or is about to): unmarked.
+    pub async fn unmark_gate_loaded(&self, code: &VoucherCode) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .query_typed(
+                "UPDATE voucher SET gate_loaded = false WHERE code = $1 AND gate_loaded",
+                &[(&code.as_str(), Type::TEXT)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// May the gate hold this voucher (loaded, and not retired since)? None: no such voucher.
+    pub async fn gate_loaded(&self, code: &VoucherCode) -> Result<Option<bool>, StoreError> {
         let rows = self
             .client()
             .await?
@@ -125,6 +132,6 @@ impl Store {
                 &[(&code.as_str(), Type::TEXT)],
             )
             .await?;
-        Ok(rows.first().is_some_and(|r| r.get(0)))
+        Ok(rows.first().map(|r| r.get(0)))
     }
 }

@@ -20,11 +20,13 @@ pub struct Expired {
     pub flash_sale: bool,
 }
 
-/// A flash voucher whose gate may still hold uses.
+/// A flash voucher the gate may hold.
 #[derive(Debug, Clone)]
 pub struct LiveFlashVoucher {
     pub code: VoucherCode,
     pub ttl_ms: i64,
+    /// Its sale ended at least the retirement delay ago.
+    pub retire: bool,
 }
 
 fn stored_code(raw: &str) -> VoucherCode {
@@ -58,20 +60,23 @@ impl Store {
             .collect())
     }
 
-    /// Flash vouchers that may still hold uses in a gate at `now` (sale not over a day ago).
-    pub async fn live_flash_vouchers(
+    /// The vouchers the gate may hold (`voucher.gate_loaded`, an index of them alone: the cost
+    /// follows what is live, not history), with whether each is due for retirement at `now`:
+    /// its sale ended at least `retire_after` ago.
+    pub async fn gate_vouchers(
         &self,
         now: DateTime<Utc>,
+        retire_after: Duration,
     ) -> Result<Vec<LiveFlashVoucher>, StoreError> {
+        let after = retire_after.as_secs_f64();
         let rows = self
             .client()
             .await?
             .query_typed(
-                "SELECT code, reservation_ttl_seconds FROM voucher
-                  WHERE flash_sale
-                    AND ends_at + make_interval(secs => reservation_ttl_seconds) > $1 - interval '1 day'
-                  ORDER BY code",
-                &[(&now, Type::TIMESTAMPTZ)],
+                "SELECT code, reservation_ttl_seconds,
+                        ends_at + make_interval(secs => $2) <= $1 AS retire
+                   FROM voucher WHERE gate_loaded ORDER BY code",
+                &[(&now, Type::TIMESTAMPTZ), (&after, Type::FLOAT8)],
             )
             .await?;
         Ok(rows
@@ -79,6 +84,7 @@ impl Store {
             .map(|r| LiveFlashVoucher {
                 code: stored_code(r.get(0)),
                 ttl_ms: i64::from(r.get::<_, i32>(1)) * 1000,
+                retire: r.get(2),
             })
             .collect())
     }

@@ -13,7 +13,11 @@
 //!    change of the voucher whose last gate step failed), and its `remaining` is compared with
 //!    `total_limit - uses held - pending not yet in Postgres`; drift is reported, and repaired
 //!    only when nothing is in flight and the figures hold still across two reads;
-//! 4. **warm-up**: flash vouchers whose sale starts within the lead are loaded.
+//! 4. **retire**: a voucher whose sale ended `GATE_RETIRE_AFTER_SECONDS` ago, with nothing of
+//!    it pending and a last reconciliation equal, leaves the gate: every key goes (`retire.lua`)
+//!    and its mark in Postgres is cleared, so Postgres answers for it from then on and sweeps
+//!    visit only what the gate may hold;
+//! 5. **warm-up**: flash vouchers whose sale starts within the lead are loaded.
 //!
 //! The local server runs it every `SWEEP_INTERVAL_SECONDS`, the `sweeper` Lambda on a schedule,
 //! `flashgate sweep` once. Running two at once is safe: see `fg_expire` and the gate scripts.
@@ -27,9 +31,11 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::config::SweepSettings;
 use crate::domain;
+use crate::domain::VoucherCode;
 use crate::errors::SweepError;
-use crate::gate::{Gate, GateError, Removal};
+use crate::gate::{Gate, GateError, Removal, Retired};
 use crate::reservations::Warmup;
 use crate::store::Store;
 use crate::telemetry::{emit_metrics, Chain, Unit};
@@ -49,6 +55,8 @@ pub struct SweepReport {
     /// Releases that reached Postgres but not the gate, finished by the sweep.
     pub releases_finished: u64,
     pub warmed: u64,
+    /// Vouchers whose sale is over, taken out of the gate.
+    pub retired: u64,
     /// Gate calls that failed; what they left is picked up by the next run.
     pub gate_errors: u64,
     pub duration_ms: u64,
@@ -76,15 +84,18 @@ pub struct Sweeper {
     warmup: Warmup,
     /// An order pending in the gate this long past its TTL with no Postgres row is an orphan.
     orphan_grace: Duration,
+    /// A voucher leaves the gate this long after its sale's end.
+    retire_after: Duration,
 }
 
 impl Sweeper {
-    pub fn new(store: Store, gate: Arc<Gate>, warmup: Warmup, orphan_grace: Duration) -> Self {
+    pub fn new(store: Store, gate: Arc<Gate>, warmup: Warmup, settings: &SweepSettings) -> Self {
         Sweeper {
             store,
             gate,
             warmup,
-            orphan_grace,
+            orphan_grace: settings.orphan_grace,
+            retire_after: settings.retire_after,
         }
     }
 
@@ -95,16 +106,26 @@ impl Sweeper {
         let now = domain::millis(Utc::now());
 
         self.expire(now, &mut report).await?;
-        for voucher in self.store.live_flash_vouchers(now).await? {
+        for voucher in self.store.gate_vouchers(now, self.retire_after).await? {
             let code = &voucher.code;
-            if !report
-                .gate_ok(self.gate.is_loaded(code).await)
-                .unwrap_or(false)
-            {
+            let Some(loaded) = report.gate_ok(self.gate.is_loaded(code).await) else {
+                continue;
+            };
+            if !loaded {
+                // Redis lost it (a reserve loads it again). Over long enough, nothing of it can
+                // still be on its way: the mark goes.
+                if voucher.retire {
+                    self.store.unmark_gate_loaded(code).await?;
+                    report.retired += 1;
+                }
                 continue;
             }
             if let Some(in_flight) = self.orphans(code, voucher.ttl_ms, now, &mut report).await? {
+                let drift = report.drift_found;
                 self.reconcile(code, in_flight, &mut report).await?;
+                if voucher.retire && in_flight == 0 && report.drift_found == drift {
+                    self.retire(code, now, &mut report).await?;
+                }
             }
         }
         self.warm_up_soon(now, &mut report).await?;
@@ -118,6 +139,7 @@ impl Sweeper {
             rules_synced = report.rules_synced,
             releases_finished = report.releases_finished,
             warmed = report.warmed,
+            retired = report.retired,
             gate_errors = report.gate_errors,
             duration_ms = report.duration_ms,
             "sweep"
@@ -131,6 +153,7 @@ impl Sweeper {
                 ("DriftRepaired", Unit::Count, report.drift_repaired),
                 ("RulesSynced", Unit::Count, report.rules_synced),
                 ("ReleasesFinished", Unit::Count, report.releases_finished),
+                ("Retired", Unit::Count, report.retired),
                 ("SweepDuration", Unit::Milliseconds, report.duration_ms),
             ],
         );
@@ -152,6 +175,30 @@ impl Sweeper {
                 return Ok(());
             }
         }
+    }
+
+    /// The mark goes first: a reserve arriving meanwhile finds the gate as it was, and once
+    /// the keys are gone, an ended sale that is not marked is answered by Postgres, never loaded
+    /// again. Kept (and marked again) when the gate says no.
+    async fn retire(
+        &self,
+        code: &VoucherCode,
+        now: DateTime<Utc>,
+        report: &mut SweepReport,
+    ) -> Result<(), SweepError> {
+        self.store.unmark_gate_loaded(code).await?;
+        let retired = self
+            .gate
+            .retire(code, now.timestamp_millis(), self.retire_after)
+            .await;
+        match report.gate_ok(retired) {
+            Some(Retired::Retired) => {
+                report.retired += 1;
+                tracing::info!(code = code.as_str(), "voucher retired from the gate");
+            }
+            _ => self.store.mark_gate_loaded(code).await?,
+        }
+        Ok(())
     }
 
     async fn warm_up_soon(

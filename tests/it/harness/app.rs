@@ -556,6 +556,22 @@ impl TestApp {
 
     /// Deletes every gate key of this test: Redis "restarted empty" for this test alone. One
     /// `DEL` of them all, so the keys go at once, as in a restart.
+    /// How many Redis keys the gate holds for this voucher.
+    pub async fn gate_key_count(&self, code: &str) -> usize {
+        let mut r = self.redis().await;
+        let pattern = format!(
+            "{}voucher:{{{}}}:*",
+            self.key_prefix(),
+            voucher_code(code).as_str()
+        );
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        keys.len()
+    }
+
     /// A failover as the gate sees it: the voucher's `meta` says it was loaded into another
     /// copy of Redis' data than the one now serving (a replica promoted since, which may lack
     /// the last grants).
