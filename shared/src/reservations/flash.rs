@@ -440,19 +440,14 @@ impl Flash {
             return 0;
         }
         let counted = async {
-            let pending: Vec<String> = self
-                .gate
-                .pending(code)
-                .await?
-                .into_iter()
-                .map(|(order, _)| order)
-                .collect();
+            let pending = self.gate.pending(code).await?;
             if pending.is_empty() {
                 return Ok(0);
             }
-            Ok::<i64, Box<dyn std::error::Error + Send + Sync>>(
-                self.store.without_rows(code, &pending).await?,
-            )
+            let ids: Vec<&str> = pending.iter().map(|(order, _)| order.as_str()).collect();
+            // The orphan sweep's question too: which of them Postgres has.
+            let landed = self.store.known_orders(code, &ids).await?;
+            Ok::<i64, Box<dyn std::error::Error + Send + Sync>>((ids.len() - landed.len()) as i64)
         };
         counted.await.unwrap_or_else(|e| {
             tracing::warn!(code = code.as_str(), error = %e, "uses in flight not counted in the view");

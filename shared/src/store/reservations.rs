@@ -14,24 +14,6 @@ use crate::domain::{
 use crate::errors::{GetReservationError, ListError, ReserveError, StoreError};
 
 impl Store {
-    /// How many of `orders` have no row for this voucher: mode B's uses still on their way.
-    pub async fn without_rows(
-        &self,
-        code: &VoucherCode,
-        orders: &[String],
-    ) -> Result<i64, StoreError> {
-        let row = self
-            .client()
-            .await?
-            .query_typed_one(
-                "SELECT cardinality($2::text[]) - count(r.order_id)
-                   FROM redemption r WHERE r.voucher_code = $1 AND r.order_id = ANY($2)",
-                &[(&code.as_str(), Type::TEXT), (&orders, Type::TEXT_ARRAY)],
-            )
-            .await?;
-        Ok(row.get(0))
-    }
-
     /// A page of a voucher's reservations in orderId order (keyset: the page after
     /// `list.after`), filtered by status and customer.
     pub async fn reservations(
