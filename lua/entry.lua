@@ -8,6 +8,12 @@
 --                                                           can never reserve again
 -- Entries written before the gate kept the amount end at discount (amount reads as 0). A
 -- tombstone of an order the gate never held has an empty customer and zeros.
+--
+-- One more field, `#moves` (no orderId starts with '#'), counts every time an order gained or
+-- lost a use. The reconciler compares it instead of reading the whole hash, whose size is the
+-- voucher's history: equal counts mean no order moved in between (repair.lua). Only a change
+-- is meant, never an absolute figure (a gate loaded before the field existed starts at 0).
+local ENTRY_MOVES = '#moves'
 
 -- Parses an entry into a table {state = 'A'|'R', customer, reserved, expires, discount, amount}
 -- (all strings; customer may be ''), or nil when there is none.
@@ -31,4 +37,9 @@ end
 local function entry_format(state, e)
   return state .. '|' .. e.customer .. '|' .. e.reserved .. '|' .. e.expires .. '|' ..
     e.discount .. '|' .. e.amount
+end
+
+-- Records in the `orders` hash `key` that an order gained or lost a use.
+local function entry_moved(key)
+  redis.call('HINCRBY', key, ENTRY_MOVES, 1)
 end

@@ -44,4 +44,5 @@ if tombstone then
 elseif not keep then
   redis.call('HDEL', KEYS[3], order)
 end
+entry_moved(KEYS[3])
 return 'RELEASED'

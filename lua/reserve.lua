@@ -45,5 +45,6 @@ local held = {customer = customer, reserved = ARGV[4],
 redis.call('DECR', KEYS[2])
 redis.call('HINCRBY', KEYS[3], customer, 1)
 redis.call('HSET', KEYS[4], order, entry_format('A', held))
+entry_moved(KEYS[4])
 redis.call('ZADD', KEYS[5], ARGV[4], order)
 return {'RESERVED', customer, held.reserved, held.expires, held.discount}

@@ -656,18 +656,23 @@ impl Model for Protocol {
                 if pending && !self.broken(Mutation::RepairWhilePending) {
                     return None;
                 }
+                let expected = self.limit as i8 - s.used as i8;
+                if s.remaining == expected {
+                    return None;
+                }
                 // A release in flight (Postgres has it, the gate's entry is still active) gives
                 // its use back when its gate step runs, or the sweeper's `Settle` does: no
-                // repair until then, or that use would be given back twice.
+                // repair until then, or that use would be given back twice. The reconciler
+                // looks for one only when the gate has fewer uses left than Postgres says (it
+                // walks the orders then), as `reconcile.rs` does.
                 let releasing = (0..self.orders()).any(|o| {
                     matches!(s.entries[o], Entry::Active(..))
                         && matches!(s.rows[o], Row::Released(..))
                 });
-                if releasing && !self.broken(Mutation::RepairIgnoresReleasesInFlight) {
-                    return None;
-                }
-                let expected = self.limit as i8 - s.used as i8;
-                if s.remaining == expected {
+                if s.remaining < expected
+                    && releasing
+                    && !self.broken(Mutation::RepairIgnoresReleasesInFlight)
+                {
                     return None;
                 }
                 s.remaining = expected;

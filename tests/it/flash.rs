@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::config::RedisSettings;
 use shared::domain::{Discount, Held, ReserveOutcome, VoucherCode};
-use shared::gate::{Gate, GateMeta, GateReply, Removal, Removed};
+use shared::gate::{Gate, GateCounts, GateMeta, GateReply, Removal, Removed};
 
 use crate::harness::{self, cluster_url, error_of, path, redis_url, TestApp};
 
@@ -575,17 +575,22 @@ async fn the_repair_never_raises_the_gate_while_an_order_is_pending() {
     let now = Utc::now().timestamp_millis();
     let reply = gate.reserve(&code, 1, "flying", 10, now).await.unwrap();
     assert_eq!(reply.outcome, ReserveOutcome::Reserved);
+    let read = gate.counts(&code).await.unwrap().expect("loaded");
+    assert_eq!(read.remaining, 4);
     // What a reconciler that counted nothing in flight would do: 4 -> 5.
-    assert!(!gate.repair_remaining(&code, 4, 5, 1, 1).await.unwrap());
+    assert!(!gate.repair_remaining(&code, read, 5, 1).await.unwrap());
     assert_eq!(app.gate_remaining("RACE").await, Some(4));
     gate.settled(&code, "flying").await.unwrap();
     // Nor when the voucher changed since the figure was computed.
-    assert!(!gate.repair_remaining(&code, 4, 5, 0, 1).await.unwrap());
-    // Nor when an order's use came back to the gate since it was read (one active order now,
-    // two then).
-    assert!(!gate.repair_remaining(&code, 4, 5, 1, 2).await.unwrap());
+    assert!(!gate.repair_remaining(&code, read, 5, 0).await.unwrap());
+    // Nor when an order gained or lost a use since it was read (the change counter moved).
+    let before = GateCounts {
+        moves: read.moves - 1,
+        ..read
+    };
+    assert!(!gate.repair_remaining(&code, before, 5, 1).await.unwrap());
     // With nothing pending (its row landed and the mark was cleared), the repair goes through.
-    assert!(gate.repair_remaining(&code, 4, 5, 1, 1).await.unwrap());
+    assert!(gate.repair_remaining(&code, read, 5, 1).await.unwrap());
     assert_eq!(app.gate_remaining("RACE").await, Some(5));
 }
 

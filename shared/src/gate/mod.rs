@@ -25,7 +25,8 @@ use conn::Connector;
 pub use keys::Keys;
 pub use meta::GateMeta;
 use replies::{
-    parse_actives, parse_lookup, parse_patched, parse_removed, parse_reserve, parse_validate,
+    parse_counts, parse_lookup, parse_patched, parse_removed, parse_reserve, parse_scan,
+    parse_validate,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +115,28 @@ pub enum Removed {
     NotLoaded,
 }
 
+/// What the reconciler compares on every sweep (`counts.lua`): `remaining`, and how many times
+/// an order gained or lost a use (a change counter, not an absolute figure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateCounts {
+    pub remaining: i64,
+    pub moves: i64,
+}
+
+/// One bounded step through a voucher's orders (`scan.lua`): the orders of the step that hold
+/// a use (orderId, customer), and where the next step starts (0: the end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanStep {
+    pub cursor: u64,
+    pub actives: Vec<(String, i64)>,
+}
+
+/// Entries one scan step reads: small enough that no step holds Redis for a millisecond.
+pub const SCAN_STEP: usize = 500;
+
+/// Pending orders read at once (see [`Gate::pending`]).
+pub const PENDING_STEP: usize = 1000;
+
 /// What `retire.lua` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retired {
@@ -139,7 +162,8 @@ pub struct Gate {
     patch: Script,
     sync: Script,
     repair: Script,
-    actives: Script,
+    counts: Script,
+    scan: Script,
     lookup: Script,
     trust: Script,
     lost: Script,
@@ -191,7 +215,8 @@ impl Gate {
             patch: Script::new(include_str!("../../../lua/patch.lua")),
             sync: Script::new(include_str!("../../../lua/sync.lua")),
             repair: script(&[ENTRY], include_str!("../../../lua/repair.lua")),
-            actives: script(&[ENTRY], include_str!("../../../lua/actives.lua")),
+            counts: script(&[ENTRY], include_str!("../../../lua/counts.lua")),
+            scan: script(&[ENTRY], include_str!("../../../lua/scan.lua")),
             unlock: Script::new(include_str!("../../../lua/unlock.lua")),
         })
     }
@@ -476,42 +501,64 @@ impl Gate {
         Ok(trusted == 1)
     }
 
-    /// Orders reserved in the gate that Postgres may not have yet, with their reserve time (ms).
-    pub async fn pending(&self, code: &VoucherCode) -> Result<Vec<(String, i64)>, GateError> {
-        let k = self.keys(code);
-        self.query(
-            redis::cmd("ZRANGE")
-                .arg(&k.pending)
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES"),
-        )
-        .await
-    }
-
-    /// `remaining` and the orders holding a use in the gate (orderId, customer), read in one
-    /// step (None: not loaded).
-    pub async fn actives(
+    /// Orders reserved in the gate that Postgres may not have yet: the [`PENDING_STEP`] oldest
+    /// with their reserve time (ms), and how many there are in all. Bounded, so that a burst's
+    /// backlog never makes one call long; the rest waits for the next look.
+    pub async fn pending(
         &self,
         code: &VoucherCode,
-    ) -> Result<Option<(i64, Vec<(String, i64)>)>, GateError> {
+    ) -> Result<(Vec<(String, i64)>, usize), GateError> {
         let k = self.keys(code);
-        let reply: Vec<String> = self
-            .invoke(self.actives.key(&k.remaining).key(&k.orders))
+        let oldest: Vec<(String, i64)> = self
+            .query(
+                redis::cmd("ZRANGE")
+                    .arg(&k.pending)
+                    .arg(0)
+                    .arg(PENDING_STEP - 1)
+                    .arg("WITHSCORES"),
+            )
             .await?;
-        parse_actives(&reply)
+        if oldest.len() < PENDING_STEP {
+            let all = oldest.len();
+            return Ok((oldest, all));
+        }
+        let all: usize = self.query(redis::cmd("ZCARD").arg(&k.pending)).await?;
+        Ok((oldest, all.max(PENDING_STEP)))
     }
 
-    /// Sets `remaining` to `to` only if it still reads `from`, no order is pending, `active`
-    /// orders hold a use as when it was read, nobody holds the gate lock, and the gate's rules
+    /// `remaining` and the orders' change counter, read in one step, in constant time (None:
+    /// not loaded).
+    pub async fn counts(&self, code: &VoucherCode) -> Result<Option<GateCounts>, GateError> {
+        let k = self.keys(code);
+        let reply: Vec<String> = self
+            .invoke(self.counts.key(&k.remaining).key(&k.orders))
+            .await?;
+        parse_counts(&reply)
+    }
+
+    /// One step of [`SCAN_STEP`] entries through the voucher's orders, from `cursor` (0 to
+    /// start).
+    pub async fn scan_actives(
+        &self,
+        code: &VoucherCode,
+        cursor: u64,
+    ) -> Result<ScanStep, GateError> {
+        let k = self.keys(code);
+        let reply: Vec<String> = self
+            .invoke(self.scan.key(&k.orders).arg(cursor).arg(SCAN_STEP))
+            .await?;
+        parse_scan(&reply)
+    }
+
+    /// Sets `remaining` to `to` only if it still reads `from`, no order is pending, no order
+    /// gained or lost a use since `moves` was read, nobody holds the gate lock, and the gate's rules
     /// are of `version` (the reconciler's repair).
     pub async fn repair_remaining(
         &self,
         code: &VoucherCode,
-        from: i64,
+        from: GateCounts,
         to: i64,
         version: i64,
-        active: usize,
     ) -> Result<bool, GateError> {
         let k = self.keys(code);
         let done: i64 = self
@@ -522,10 +569,10 @@ impl Gate {
                     .key(&k.meta)
                     .key(&k.loading)
                     .key(&k.orders)
-                    .arg(from)
+                    .arg(from.remaining)
                     .arg(to)
                     .arg(version)
-                    .arg(active),
+                    .arg(from.moves),
             )
             .await?;
         Ok(done == 1)

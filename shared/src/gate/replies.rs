@@ -1,7 +1,9 @@
 //! The Lua scripts' replies, parsed: a reply that is not what the script answers is a
 //! [`GateError::Reply`], never a default.
 
-use super::{GateError, GateReply, Lookup, OrderEntry, Patched, Removed, Trust};
+use super::{
+    GateCounts, GateError, GateReply, Lookup, OrderEntry, Patched, Removed, ScanStep, Trust,
+};
 use crate::domain::{Held, ReserveOutcome};
 
 fn num(s: &str) -> Result<i64, GateError> {
@@ -94,26 +96,39 @@ pub(super) fn parse_removed(reply: &str) -> Result<Removed, GateError> {
     }
 }
 
-/// `remaining`, and the orders holding a use (orderId, customer); None: not loaded.
-type Actives = Option<(i64, Vec<(String, i64)>)>;
-
-/// `actives.lua`'s reply: `{remaining, order, customer, order, customer, ...}`, `remaining`
-/// empty when the voucher is not loaded.
-pub(super) fn parse_actives(reply: &[String]) -> Result<Actives, GateError> {
-    let Some((remaining, pairs)) = reply.split_first() else {
-        return Err(GateError::Reply("empty".into()));
+/// `counts.lua`'s reply: `{remaining, moves}`, `remaining` empty when the voucher is not
+/// loaded (None).
+pub(super) fn parse_counts(reply: &[String]) -> Result<Option<GateCounts>, GateError> {
+    let [remaining, moves] = reply else {
+        return Err(GateError::Reply(format!("{reply:?}")));
     };
     if remaining.is_empty() {
         return Ok(None);
     }
-    let orders = pairs
+    Ok(Some(GateCounts {
+        remaining: num(remaining)?,
+        moves: num(moves)?,
+    }))
+}
+
+/// `scan.lua`'s reply: `{cursor, order, customer, order, customer, ...}`.
+pub(super) fn parse_scan(reply: &[String]) -> Result<ScanStep, GateError> {
+    let Some((cursor, pairs)) = reply.split_first() else {
+        return Err(GateError::Reply("empty".into()));
+    };
+    let actives = pairs
         .chunks(2)
         .map(|p| match p {
             [order, customer] => Ok((order.clone(), num(customer)?)),
             _ => Err(GateError::Reply(format!("{reply:?}"))),
         })
         .collect::<Result<_, _>>()?;
-    Ok(Some((num(remaining)?, orders)))
+    Ok(ScanStep {
+        cursor: cursor
+            .parse()
+            .map_err(|_| GateError::Reply(format!("not a cursor: {cursor:?}")))?,
+        actives,
+    })
 }
 
 /// `patch.lua`'s reply.
@@ -249,15 +264,34 @@ mod tests {
     }
 
     #[test]
-    fn actives_replies_parse_or_fail_loudly() {
-        assert_eq!(parse_actives(&s(&[""])).unwrap(), None);
-        assert_eq!(parse_actives(&s(&["3"])).unwrap(), Some((3, vec![])));
+    fn counts_and_scan_replies_parse_or_fail_loudly() {
+        assert_eq!(parse_counts(&s(&["", "0"])).unwrap(), None);
         assert_eq!(
-            parse_actives(&s(&["1", "o-1", "7", "o-2", "8"])).unwrap(),
-            Some((1, vec![("o-1".to_owned(), 7), ("o-2".to_owned(), 8)]))
+            parse_counts(&s(&["3", "12"])).unwrap(),
+            Some(GateCounts {
+                remaining: 3,
+                moves: 12
+            })
         );
-        assert!(parse_actives(&[]).is_err());
-        assert!(parse_actives(&s(&["1", "o-1"])).is_err());
-        assert!(parse_actives(&s(&["1", "o-1", "x"])).is_err());
+        assert!(parse_counts(&s(&["3"])).is_err());
+        assert!(parse_counts(&s(&["3", "x"])).is_err());
+        assert_eq!(
+            parse_scan(&s(&["0"])).unwrap(),
+            ScanStep {
+                cursor: 0,
+                actives: vec![]
+            }
+        );
+        assert_eq!(
+            parse_scan(&s(&["17", "o-1", "7", "o-2", "8"])).unwrap(),
+            ScanStep {
+                cursor: 17,
+                actives: vec![("o-1".to_owned(), 7), ("o-2".to_owned(), 8)]
+            }
+        );
+        assert!(parse_scan(&[]).is_err());
+        assert!(parse_scan(&s(&["1", "o-1"])).is_err());
+        assert!(parse_scan(&s(&["1", "o-1", "x"])).is_err());
+        assert!(parse_scan(&s(&["-", "o-1", "7"])).is_err());
     }
 }

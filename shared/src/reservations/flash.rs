@@ -440,14 +440,15 @@ impl Flash {
             return 0;
         }
         let counted = async {
-            let pending = self.gate.pending(code).await?;
-            if pending.is_empty() {
+            let (oldest, all) = self.gate.pending(code).await?;
+            if oldest.is_empty() {
                 return Ok(0);
             }
-            let ids: Vec<&str> = pending.iter().map(|(order, _)| order.as_str()).collect();
-            // The orphan sweep's question too: which of them Postgres has.
+            let ids: Vec<&str> = oldest.iter().map(|(order, _)| order.as_str()).collect();
+            // The orphan sweep's question too: which of them Postgres has. Past the oldest
+            // read, the younger ones are counted as in flight.
             let landed = self.store.known_orders(code, &ids).await?;
-            Ok::<i64, Box<dyn std::error::Error + Send + Sync>>((ids.len() - landed.len()) as i64)
+            Ok::<i64, Box<dyn std::error::Error + Send + Sync>>((all - landed.len()) as i64)
         };
         counted.await.unwrap_or_else(|e| {
             tracing::warn!(code = code.as_str(), error = %e, "uses in flight not counted in the view");

@@ -10,8 +10,9 @@ use crate::gate::{OrderEntry, Removal};
 use crate::store::{Merge, MergeOutcome};
 
 impl Sweeper {
-    /// Resolves the gate's pending orders of one voucher. Returns how many are still in flight
-    /// (pending, not yet in Postgres, younger than TTL + grace), or None when the gate failed.
+    /// Resolves the gate's pending orders of one voucher, the oldest first and a bounded number
+    /// a run. Returns how many are still in flight (pending, not yet in Postgres, younger than
+    /// TTL + grace, and all those past the bounded read), or None when the gate failed.
     pub(super) async fn orphans(
         &self,
         code: &VoucherCode,
@@ -19,12 +20,13 @@ impl Sweeper {
         now: DateTime<Utc>,
         report: &mut SweepReport,
     ) -> Result<Option<u64>, SweepError> {
-        let Some(pending) = report.gate_ok(self.gate.pending(code).await) else {
+        let Some((pending, all)) = report.gate_ok(self.gate.pending(code).await) else {
             return Ok(None);
         };
         if pending.is_empty() {
             return Ok(Some(0));
         }
+        let unread = (all - pending.len()) as u64;
         let ids: Vec<&str> = pending.iter().map(|(o, _)| o.as_str()).collect();
         let known = self.store.known_orders(code, &ids).await?;
         let cutoff = now.timestamp_millis() - ttl_ms - self.orphan_grace.as_millis() as i64;
@@ -41,7 +43,7 @@ impl Sweeper {
                 in_flight += 1;
             }
         }
-        Ok(Some(in_flight))
+        Ok(Some(in_flight + unread))
     }
 
     /// Tombstone in Postgres first (a late event then merges into a no-op), then release in

@@ -1,24 +1,25 @@
-//! Gate against Postgres: the rules are copied when they differ; releases that reached
-//! Postgres but not the gate are finished; drift of the count is reported, and repaired only
-//! when it holds still.
+//! Gate against Postgres: the rules are copied when they differ; drift of the count is
+//! reported; releases that reached Postgres but not the gate are finished; a count that holds
+//! still is repaired.
+//!
+//! Every sweep compares two counters, in constant time whatever the voucher's history. Only when
+//! the gate holds more uses than Postgres (a release whose gate step failed) does it walk the
+//! voucher's orders, in bounded steps (`scan.lua`), to find them.
 
 use std::time::Duration;
 
 use super::{SweepReport, Sweeper};
 use crate::domain::VoucherCode;
 use crate::errors::SweepError;
-use crate::gate::{GateMeta, Removal, Removed};
+use crate::gate::{GateCounts, GateMeta, Removal, Removed};
 
-/// What the reconciler read: the gate's `remaining` and the orders holding a use there, then
-/// (after, in one Postgres snapshot) `total_limit` less the uses held, the voucher's version,
-/// and which of those orders Postgres has released.
+/// What the reconciler read: the gate's counters, then (after, in one Postgres snapshot)
+/// `total_limit` less the uses held and the voucher's version.
 #[derive(Debug, PartialEq, Eq)]
 struct Reading {
-    gate: i64,
-    actives: Vec<(String, i64)>,
+    gate: GateCounts,
     expected: i64,
     version: i64,
-    released: Vec<String>,
 }
 
 impl Sweeper {
@@ -53,40 +54,27 @@ impl Sweeper {
             return Ok(());
         };
         let expected = reading.expected - in_flight as i64;
-        if reading.gate == expected && reading.released.is_empty() {
+        if reading.gate.remaining == expected {
             return Ok(());
         }
         report.drift_found += 1;
         tracing::warn!(
             code = code.as_str(),
-            gate = reading.gate,
+            gate = reading.gate.remaining,
             expected,
-            drift = reading.gate - expected,
+            drift = reading.gate.remaining - expected,
             in_flight,
-            releases_unfinished = reading.released.len(),
             "gate drift"
         );
         if in_flight > 0 {
             return Ok(());
         }
-        // Released in Postgres, still holding a use in the gate: a release whose gate step
-        // failed, or is on its way. Each is finished here (a tombstone makes the other one's
-        // step find ALREADY, so the use comes back once), and nothing is repaired in this run:
-        // counted as held now, that use would be given back twice.
-        if !reading.released.is_empty() {
-            for (order, customer) in &reading.actives {
-                if !reading.released.contains(order) {
-                    continue;
-                }
-                let removed = self
-                    .gate
-                    .remove(code, order, Removal::Release, Some(*customer))
-                    .await;
-                if report.gate_ok(removed) == Some(Removed::Released) {
-                    report.releases_finished += 1;
-                    tracing::warn!(code = code.as_str(), order_id = %order, "gate release finished");
-                }
-            }
+        // Fewer uses left in the gate than in Postgres: the gate may hold an order that
+        // Postgres released (a release whose gate step failed, or is on its way). Each is
+        // finished here (a tombstone makes the other one's step find ALREADY, so the use comes
+        // back once), and nothing is repaired in this run: counted as held now, that use would
+        // be given back twice.
+        if reading.gate.remaining < expected && self.finish_releases(code, report).await? {
             return Ok(());
         }
         // Repair only figures that hold still: read again, then compare-and-set in Redis, which
@@ -97,19 +85,13 @@ impl Sweeper {
         }
         let repaired = self
             .gate
-            .repair_remaining(
-                code,
-                reading.gate,
-                reading.expected,
-                reading.version,
-                reading.actives.len(),
-            )
+            .repair_remaining(code, reading.gate, reading.expected, reading.version)
             .await;
         if report.gate_ok(repaired) == Some(true) {
             report.drift_repaired += 1;
             tracing::warn!(
                 code = code.as_str(),
-                from = reading.gate,
+                from = reading.gate.remaining,
                 to = reading.expected,
                 "gate drift repaired"
             );
@@ -117,24 +99,68 @@ impl Sweeper {
         Ok(())
     }
 
+    /// Walks the voucher's orders in bounded steps and finishes in the gate every release
+    /// Postgres has that the gate has not. Each step is one short Redis call and one Postgres
+    /// query over at most [`crate::gate::SCAN_STEP`] orders. True when it finished one, or
+    /// could not look everywhere (a gate call failed): no repair then.
+    async fn finish_releases(
+        &self,
+        code: &VoucherCode,
+        report: &mut SweepReport,
+    ) -> Result<bool, SweepError> {
+        let mut cursor = 0;
+        let mut finished = false;
+        loop {
+            let Some(step) = report.gate_ok(self.gate.scan_actives(code, cursor).await) else {
+                return Ok(true);
+            };
+            if !step.actives.is_empty() {
+                let orders: Vec<&str> = step.actives.iter().map(|(o, _)| o.as_str()).collect();
+                let released = match self.store.released_among(code, &orders).await? {
+                    Some((_, _, released)) => released,
+                    None => return Ok(true),
+                };
+                for (order, customer) in &step.actives {
+                    if !released.contains(order) {
+                        continue;
+                    }
+                    let removed = self
+                        .gate
+                        .remove(code, order, Removal::Release, Some(*customer))
+                        .await;
+                    match report.gate_ok(removed) {
+                        Some(Removed::Released) => {
+                            report.releases_finished += 1;
+                            tracing::warn!(code = code.as_str(), order_id = %order, "gate release finished");
+                        }
+                        Some(_) => {}
+                        None => return Ok(true),
+                    }
+                    finished = true;
+                }
+            }
+            if step.cursor == 0 {
+                return Ok(finished);
+            }
+            cursor = step.cursor;
+        }
+    }
+
     /// The gate first, then Postgres (None: either does not have the voucher). In this order, a
-    /// release that reached Postgres before the second read shows as released, and one that
-    /// reaches it after is still counted as held there: either way its use is counted once.
+    /// release that reached Postgres before the second read counts as given back there and
+    /// still held in the gate (the gate looks stricter, and the walk finds it), and one that
+    /// reaches it after is counted as held in both: either way its use is counted once.
     async fn read(&self, code: &VoucherCode) -> Result<Option<Reading>, SweepError> {
-        let Some((gate, actives)) = self.gate.actives(code).await? else {
+        let Some(gate) = self.gate.counts(code).await? else {
             return Ok(None);
         };
-        let orders: Vec<&str> = actives.iter().map(|(o, _)| o.as_str()).collect();
-        let Some((expected, version, released)) = self.store.released_among(code, &orders).await?
-        else {
+        let Some((expected, version, _)) = self.store.released_among(code, &[]).await? else {
             return Ok(None);
         };
         Ok(Some(Reading {
             gate,
-            actives,
             expected,
             version,
-            released,
         }))
     }
 }

@@ -554,8 +554,22 @@ impl TestApp {
             .unwrap();
     }
 
-    /// Deletes every gate key of this test: Redis "restarted empty" for this test alone. One
-    /// `DEL` of them all, so the keys go at once, as in a restart.
+    /// A long history in the gate: `n` tombstones of released orders, written straight into
+    /// the voucher's `orders` hash in the entry format of `lua/entry.lua`.
+    pub async fn gate_history(&self, code: &str, n: usize) {
+        let mut r = self.redis().await;
+        let orders = self.gate_keys(code).orders;
+        for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+            let mut cmd = redis::cmd("HSET");
+            cmd.arg(&orders);
+            for i in chunk {
+                cmd.arg(format!("old-{i}"))
+                    .arg(format!("R|{}|1|2|10|100", 1_000_000 + i));
+            }
+            cmd.query_async::<i64>(&mut r).await.unwrap();
+        }
+    }
+
     /// How many Redis keys the gate holds for this voucher.
     pub async fn gate_key_count(&self, code: &str) -> usize {
         let mut r = self.redis().await;
@@ -586,6 +600,8 @@ impl TestApp {
             .unwrap();
     }
 
+    /// Deletes every gate key of this test: Redis "restarted empty" for this test alone. One
+    /// `DEL` of them all, so the keys go at once, as in a restart.
     pub async fn flush_gate(&self) {
         let mut r = self.redis().await;
         let keys: Vec<String> = redis::cmd("KEYS")
