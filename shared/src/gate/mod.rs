@@ -131,8 +131,10 @@ pub struct ScanStep {
     pub actives: Vec<(String, i64)>,
 }
 
-/// Entries one scan step reads: small enough that no step holds Redis for a millisecond.
-pub const SCAN_STEP: usize = 500;
+/// Entries one scan step reads: small enough that a step holds Redis well under a millisecond
+/// (500 took 0.7 ms, and 3 to 4 ms while Redis was still rehashing a freshly grown hash, whose
+/// two tables a scan then reads: docs/BENCHMARKS.md). The walk is the fault path only.
+pub const SCAN_STEP: usize = 200;
 
 /// Pending orders read at once (see [`Gate::pending`]).
 pub const PENDING_STEP: usize = 1000;
