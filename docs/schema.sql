@@ -331,6 +331,12 @@ BEGIN
     IF p_total_limit <> v.total_limit THEN
         PERFORM fg_resize_slots(p_code, p_total_limit);
     END IF;
+    INSERT INTO voucher_rules (voucher_code, version, discount_amount, discount_percent,
+                               max_discount_amount, min_order_amount, starts_at, ends_at,
+                               active, superseded_at)
+    SELECT x.code, x.version, x.discount_amount, x.discount_percent, x.max_discount_amount,
+           x.min_order_amount, x.starts_at, x.ends_at, x.active, now()
+      FROM voucher x WHERE x.code = p_code;
     UPDATE voucher x
        SET discount_amount = p_discount_amount,
            discount_percent = p_discount_percent,
@@ -652,6 +658,23 @@ CREATE TABLE public.voucher_customer (
 );
 
 --
+-- Name: voucher_rules; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.voucher_rules (
+    voucher_code text NOT NULL,
+    version bigint NOT NULL,
+    discount_amount bigint,
+    discount_percent smallint,
+    max_discount_amount bigint,
+    min_order_amount bigint NOT NULL,
+    starts_at timestamp with time zone NOT NULL,
+    ends_at timestamp with time zone NOT NULL,
+    active boolean NOT NULL,
+    superseded_at timestamp with time zone NOT NULL
+);
+
+--
 -- Name: voucher_slot; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -691,6 +714,13 @@ ALTER TABLE ONLY public.voucher
     ADD CONSTRAINT voucher_pkey PRIMARY KEY (code);
 
 --
+-- Name: voucher_rules voucher_rules_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.voucher_rules
+    ADD CONSTRAINT voucher_rules_pkey PRIMARY KEY (voucher_code, version);
+
+--
 -- Name: voucher_slot voucher_slot_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -720,6 +750,12 @@ CREATE INDEX redemption_reserved_expiry ON public.redemption USING btree (expire
 --
 
 CREATE INDEX voucher_in_gate ON public.voucher USING btree (code) WHERE gate_loaded;
+
+--
+-- Name: voucher_rules_superseded; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX voucher_rules_superseded ON public.voucher_rules USING btree (superseded_at);
 
 --
 -- Name: voucher_slot voucher_slot_caps_sum; Type: TRIGGER; Schema: public; Owner: -

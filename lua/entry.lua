@@ -3,11 +3,15 @@
 -- reads entries only through lookup.lua's parsed reply.
 --
 -- An `orders` value is
---   "A|customer|reservedMs|expiresMs|discount|orderAmount"  the order holds a use
---   "R|customer|reservedMs|expiresMs|discount|orderAmount"  released: a tombstone, so the orderId
---                                                           can never reserve again
--- Entries written before the gate kept the amount end at discount (amount reads as 0). A
--- tombstone of an order the gate never held has an empty customer and zeros.
+--   "A|customer|reservedMs|expiresMs|discount|orderAmount|version"  the order holds a use
+--   "R|customer|reservedMs|expiresMs|discount|orderAmount|version"  released: a tombstone, so
+--                                                                   the orderId can never
+--                                                                   reserve again
+-- `version` is the voucher's version whose rules granted the use (meta's `version`): a retry's
+-- event carries it again, and the consumer checks the event against those rules. Entries written
+-- before the gate kept the amount end at discount (amount reads as 0), those written before it
+-- kept the version end at the amount (version reads as ''). A tombstone of an order the gate
+-- never held has an empty customer and zeros.
 --
 -- One more field, `#moves` (no orderId starts with '#'), counts every time an order gained or
 -- lost a use. The reconciler compares it instead of reading the whole hash, whose size is the
@@ -15,14 +19,14 @@
 -- is meant, never an absolute figure (a gate loaded before the field existed starts at 0).
 local ENTRY_MOVES = '#moves'
 
--- Parses an entry into a table {state = 'A'|'R', customer, reserved, expires, discount, amount}
--- (all strings; customer may be ''), or nil when there is none.
+-- Parses an entry into a table {state = 'A'|'R', customer, reserved, expires, discount, amount,
+-- version} (all strings; customer and version may be ''), or nil when there is none.
 local function entry_parse(raw)
   if not raw then
     return nil
   end
-  local state, customer, reserved, expires, discount, amount =
-    string.match(raw, '^([AR])|(%d*)|(%d+)|(%d+)|(%d+)|?(%d*)$')
+  local state, customer, reserved, expires, discount, amount, version =
+    string.match(raw, '^([AR])|(%d*)|(%d+)|(%d+)|(%d+)|?(%d*)|?(%d*)$')
   if not state then
     error('bad order entry ' .. raw)
   end
@@ -30,13 +34,18 @@ local function entry_parse(raw)
     amount = '0'
   end
   return {state = state, customer = customer, reserved = reserved, expires = expires,
-          discount = discount, amount = amount}
+          discount = discount, amount = amount, version = version}
 end
 
--- The text of an entry in `state` ('A' or 'R') with the fields of table `e`.
+-- The text of an entry in `state` ('A' or 'R') with the fields of table `e` (`version` may be
+-- nil or '': not known).
 local function entry_format(state, e)
-  return state .. '|' .. e.customer .. '|' .. e.reserved .. '|' .. e.expires .. '|' ..
+  local text = state .. '|' .. e.customer .. '|' .. e.reserved .. '|' .. e.expires .. '|' ..
     e.discount .. '|' .. e.amount
+  if e.version and e.version ~= '' then
+    text = text .. '|' .. e.version
+  end
+  return text
 end
 
 -- Records in the `orders` hash `key` that an order gained or lost a use.

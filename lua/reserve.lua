@@ -8,7 +8,9 @@
 -- KEYS[5] voucher:{CODE}:pending    zset: orderId -> reservedMs, until Postgres has the row
 -- ARGV[1] customerId (decimal string)  ARGV[2] orderId  ARGV[3] orderAmount  ARGV[4] now (ms)
 --
--- Returns {outcome, customerId, reservedMs, expiresMs, discount} as strings. Outcomes are the
+-- Returns {outcome, customerId, reservedMs, expiresMs, discount, version} as strings, `version`
+-- being the voucher's version whose rules granted the use ('' when not known: an entry written
+-- before the gate kept it, or no use held). Outcomes are the
 -- service's reserve vocabulary (the same words as fg_reserve and the HTTP errors):
 -- RESERVED, REPLAY (same customer, active), ORDER_CONFLICT, RESERVATION_RELEASED (tombstone),
 -- NOT_LOADED, and rules.lua's refusals.
@@ -20,31 +22,31 @@ local amount, now = tonumber(ARGV[3]), tonumber(ARGV[4])
 local e = entry_parse(redis.call('HGET', KEYS[4], order))
 if e then
   if e.customer ~= '' and e.customer ~= customer then
-    return {'ORDER_CONFLICT', e.customer, '0', '0', '0'}
+    return {'ORDER_CONFLICT', e.customer, '0', '0', '0', ''}
   end
   if e.state == 'R' then
-    return {'RESERVATION_RELEASED', e.customer, '0', '0', '0'}
+    return {'RESERVATION_RELEASED', e.customer, '0', '0', '0', ''}
   end
-  return {'REPLAY', e.customer, e.reserved, e.expires, e.discount}
+  return {'REPLAY', e.customer, e.reserved, e.expires, e.discount, e.version}
 end
 
 local r = rules_read(KEYS[1])
 local remaining = redis.call('GET', KEYS[2])
 if not r or not remaining then
-  return {'NOT_LOADED', '', '0', '0', '0'}
+  return {'NOT_LOADED', '', '0', '0', '0', ''}
 end
 local uses = tonumber(redis.call('HGET', KEYS[3], customer) or '0')
 local refusal = rules_refusal(r, tonumber(remaining), uses, amount, now)
 if refusal then
-  return {refusal, '', '0', '0', '0'}
+  return {refusal, '', '0', '0', '0', ''}
 end
 
 local held = {customer = customer, reserved = ARGV[4],
               expires = string.format('%.0f', now + r.ttl),
-              discount = rules_discount(r, amount), amount = ARGV[3]}
+              discount = rules_discount(r, amount), amount = ARGV[3], version = r.version}
 redis.call('DECR', KEYS[2])
 redis.call('HINCRBY', KEYS[3], customer, 1)
 redis.call('HSET', KEYS[4], order, entry_format('A', held))
 entry_moved(KEYS[4])
 redis.call('ZADD', KEYS[5], ARGV[4], order)
-return {'RESERVED', customer, held.reserved, held.expires, held.discount}
+return {'RESERVED', customer, held.reserved, held.expires, held.discount, held.version}

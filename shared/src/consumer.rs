@@ -7,7 +7,10 @@
 //! a deadlock with another batch) fails alone, as poison (never lands) or to retry. Poison is
 //! what no retry can change: an event that does not parse or holds values out of the tables'
 //! ranges, an unknown voucher, a value or constraint Postgres refuses (`store::never_passes`);
-//! it goes to the dead letters at once. The consumer
+//! it goes to the dead letters at once. So does an event the rules never granted: before the
+//! merge, each event is checked against the voucher's rules at the version the gate stamped on it
+//! (`GrantRules`: paused, window, minimum order, discount, expiry; one query for the batch), so
+//! a forged or corrupted event cannot land a use or a discount. The consumer
 //! is an `events::Sink`: each transport turns those answers into its own (SQS: the failed
 //! message ids; Kafka: the dead-letter topic, or the offset to read again). With Postgres down,
 //! the whole batch fails and comes back.
@@ -110,6 +113,17 @@ impl Consumer {
         if events.is_empty() {
             return answers;
         }
+        if let Err(e) = self.check(&mut events, &mut answers).await {
+            // Postgres unreachable: every event of the batch fails and comes back.
+            let e = Arc::new(e);
+            for (i, _, _) in &events {
+                answers[*i] = Err(ConsumeError::Store(e.clone()));
+            }
+            return answers;
+        }
+        if events.is_empty() {
+            return answers;
+        }
         // Rows locked in one order by every batch: fewer deadlocks between concurrent batches.
         events.sort_by(|a, b| (a.1.as_str(), &a.2.order_id).cmp(&(b.1.as_str(), &b.2.order_id)));
         let merges: Vec<Merge<'_>> = events
@@ -153,6 +167,42 @@ impl Consumer {
             };
         }
         answers
+    }
+
+    /// Keeps the events the rules that granted them would have granted as they say; the others
+    /// are answered as poison, with the reason. The rules come in one query for the batch.
+    async fn check(
+        &self,
+        events: &mut Vec<(usize, VoucherCode, ReservedEvent)>,
+        answers: &mut [Result<Consumed, ConsumeError>],
+    ) -> Result<(), StoreError> {
+        let asked: Vec<(&str, Option<i64>)> = events
+            .iter()
+            .map(|(_, code, e)| (code.as_str(), e.rules_version))
+            .collect();
+        let grants = self.store.grants(&asked).await?;
+        events.retain(|(i, code, e)| {
+            let refusal = match grants.at(code.as_str(), e.rules_version) {
+                None if grants.at(code.as_str(), None).is_none() => {
+                    Some(format!("code: unknown voucher {}", code.as_str()))
+                }
+                None => Some(format!(
+                    "rulesVersion: voucher {} has no version {} kept (never existed, or \
+                     superseded longer ago than events are kept)",
+                    code.as_str(),
+                    e.rules_version.unwrap_or_default()
+                )),
+                Some(rules) => rules.refusal(&e.claim()).map(|why| why.to_string()),
+            };
+            match refusal {
+                Some(why) => {
+                    answers[*i] = Err(ConsumeError::Poison(why));
+                    false
+                }
+                None => true,
+            }
+        });
+        Ok(())
     }
 
     /// What one event's merge came to, and the gate told about it.

@@ -83,7 +83,8 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
         let (ReserveOutcome::Reserved, Some(held)) = (reply.outcome, reply.held) else {
             panic!("{reply:?}")
         };
-        bodies.push(serde_json::to_string(&ReservedEvent::new(&r, held)).unwrap());
+        let event = ReservedEvent::new(&r, held, reply.rules_version);
+        bodies.push(serde_json::to_string(&event).unwrap());
     }
     assert_eq!(
         app.counts("QUEUED").await.used_count,
@@ -401,6 +402,111 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
     );
 }
 
+/// The consumer lands a use only as the rules that granted it would have: each event is checked
+/// against the voucher's version the gate stamped on it, the current one or one a change
+/// superseded. A forged discount, an unknown version, a use while the voucher was paused or
+/// outside its window never land, and name their field.
+#[tokio::test]
+async fn an_event_lands_only_as_the_rules_that_granted_it_would_have() {
+    let app = TestApp::builder()
+        .with_events(3)
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    app.voucher("GRANT", 10, json!({"flashSale": true, "perUserLimit": 5}))
+        .await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let granted = |customer: i64, order: &'static str| {
+        let app = &app;
+        async move {
+            let r = reserve_req("GRANT", customer, order);
+            let reply = app
+                .app
+                .gate()
+                .reserve(&r.code, customer, order, r.order_amount, now)
+                .await
+                .unwrap();
+            ReservedEvent::new(&r, reply.held.expect("granted"), reply.rules_version)
+        }
+    };
+    // Version 1: 100,000 off, so 10 off an order of 10.
+    let v1 = granted(1, "v1").await;
+    assert_eq!((v1.rules_version, v1.discount_amount), (Some(1), 10));
+    // Version 2: 3 off. The event granted under version 1 still lands with its 10.
+    let (status, body) = app
+        .patch_voucher("GRANT", json!({"discountAmount": 3}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v2 = granted(2, "v2").await;
+    assert_eq!((v2.rules_version, v2.discount_amount), (Some(2), 3));
+
+    let mut forged = v2.clone();
+    forged.order_id = "forged".into();
+    forged.discount_amount = 10;
+    let mut unknown_version = v2.clone();
+    unknown_version.order_id = "unknown-version".into();
+    unknown_version.rules_version = Some(99);
+    let mut outside = v2.clone();
+    outside.order_id = "outside".into();
+    outside.reserved_at_ms = now - 86_400_000;
+    outside.expires_at_ms = outside.reserved_at_ms + 60_000;
+    // Version 3: paused. A use stamped with it, or with no version (the current rules), was
+    // never granted.
+    let (status, body) = app.patch_voucher("GRANT", json!({"active": false})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let mut paused = v2.clone();
+    paused.order_id = "paused".into();
+    paused.rules_version = Some(3);
+    let mut unstamped = paused.clone();
+    unstamped.order_id = "unstamped".into();
+    unstamped.rules_version = None;
+
+    let bodies: Vec<String> = [
+        &v1,
+        &v2,
+        &forged,
+        &unknown_version,
+        &outside,
+        &paused,
+        &unstamped,
+    ]
+    .iter()
+    .map(|e| e.to_json())
+    .collect();
+    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    let answers = app.app.consumer().consume_all(&refs).await;
+    let reasons: Vec<String> = answers
+        .iter()
+        .map(|a| match a {
+            Ok(consumed) => format!("{consumed:?}"),
+            Err(shared::consumer::ConsumeError::Poison(why)) => why.clone(),
+            Err(e) => panic!("{e:?}"),
+        })
+        .collect();
+    assert_eq!(&reasons[..2], ["Applied", "Applied"], "{reasons:?}");
+    for (reason, field) in reasons[2..].iter().zip([
+        "discountAmount",
+        "rulesVersion",
+        "reservedAtMs",
+        "paused",
+        "paused",
+    ]) {
+        assert!(reason.contains(field), "{reason} should name {field}");
+    }
+    let rows: Vec<(String, i64)> = app
+        .db
+        .query(
+            "SELECT order_id, discount_amount FROM redemption ORDER BY order_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rows, vec![("v1".to_owned(), 10), ("v2".to_owned(), 3)]);
+}
+
 /// One batch, one transaction: a message Postgres rejects (its voucher does not exist) fails
 /// alone, one it must revoke is stored REVOKED, and the rest land.
 #[tokio::test]
@@ -414,11 +520,12 @@ async fn a_batch_lands_together_and_a_message_postgres_rejects_fails_alone() {
             customer_id: customer,
             reserved_ms: now,
             expires_ms: now + 60_000,
-            discount: 100_000,
+            discount: 10,
         };
         serde_json::to_string(&ReservedEvent::new(
             &reserve_req(code, customer, order),
             held,
+            None,
         ))
         .unwrap()
     };
@@ -771,7 +878,8 @@ async fn refusals_by_the_rules_need_no_loading_while_another_sales_events_are_qu
 }
 
 /// An event that can never land (a field out of range, refused at parse; an expiry past the
-/// voucher's TTL, refused by Postgres) goes to the dead-letter queue at once with its reason,
+/// voucher's TTL, or a forged discount, refused by the rules' check) goes to the dead-letter
+/// queue at once with its reason,
 /// and the good events around it land within seconds. The queue would move a failing message
 /// only after 1,000 receives: what reaches the dead-letter queue, the consumer sent there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -785,6 +893,8 @@ async fn an_event_that_can_never_land_goes_to_the_dead_letter_queue_at_once_with
     no_customer.customer_id = 0;
     let mut held_for_days = event(2, "bad-ttl");
     held_for_days.expires_at_ms = now + 10 * 86_400_000;
+    let mut forged = event(4, "bad-discount");
+    forged.discount_amount = 9;
     let events = app.sqs();
     let started = Instant::now();
     for e in [
@@ -793,6 +903,7 @@ async fn an_event_that_can_never_land_goes_to_the_dead_letter_queue_at_once_with
         event(2, "g2"),
         held_for_days,
         event(3, "g3"),
+        forged,
     ] {
         events
             .client()
@@ -812,7 +923,7 @@ async fn an_event_that_can_never_land_goes_to_the_dead_letter_queue_at_once_with
     .await;
     let mut reasons: Vec<String> = Vec::new();
     wait_for(
-        "both bad events in the dead-letter queue",
+        "the three bad events in the dead-letter queue",
         Duration::from_secs(20),
         async || {
             let out = events
@@ -833,7 +944,7 @@ async fn an_event_that_can_never_land_goes_to_the_dead_letter_queue_at_once_with
                     .unwrap_or_default();
                 reasons.push(reason.to_owned());
             }
-            reasons.len() >= 2
+            reasons.len() >= 3
         },
     )
     .await;
@@ -842,13 +953,17 @@ async fn an_event_that_can_never_land_goes_to_the_dead_letter_queue_at_once_with
         "{:?}",
         started.elapsed()
     );
-    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
     assert!(
         reasons.iter().any(|r| r.contains("customerId")),
         "{reasons:?}"
     );
     assert!(
         reasons.iter().any(|r| r.contains("reservation TTL")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("discountAmount")),
         "{reasons:?}"
     );
     assert_eq!(app.counts("DEAD").await.used_count, 3);

@@ -58,16 +58,18 @@ async fn every_script_outcome(gate: Gate) {
         reserve(1, "o1", 100, now).await,
         GateReply {
             outcome: ReserveOutcome::Reserved,
-            held: Some(held)
+            held: Some(held),
+            rules_version: Some(1),
         }
     );
     assert_eq!(
         reserve(1, "o1", 100, now + 5).await,
         GateReply {
             outcome: ReserveOutcome::Replay,
-            held: Some(held)
+            held: Some(held),
+            rules_version: Some(1),
         },
-        "a retry keeps its first expiry"
+        "a retry keeps its first expiry, and the rules version that granted it"
     );
     assert_eq!(
         reserve(2, "o1", 100, now).await.outcome,

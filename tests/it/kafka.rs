@@ -191,10 +191,13 @@ async fn records_out_of_range_go_to_the_dead_letter_topic_at_once_and_the_rest_l
     far.expires_at_ms = 9_000_000_000_000_000; // 285 million years on: no timestamp at all
     let mut backwards = event(4, "bad-order");
     backwards.expires_at_ms = now - 1;
-    // A time Postgres holds, but ten days on where the voucher's TTL is 15 minutes: only
-    // Postgres, which knows the TTL, refuses it.
+    // A time Postgres holds, but ten days on where the voucher's TTL is 15 minutes: the check
+    // against the voucher's rules refuses it (and fg_merge would).
     let mut held_for_days = event(5, "bad-ttl");
     held_for_days.expires_at_ms = now + 10 * 86_400_000;
+    // A discount the voucher's rules never give (10 off an order of 10).
+    let mut forged = event(5, "bad-discount");
+    forged.discount_amount = 9;
     let records = [
         event(1, "g1"),
         no_customer,
@@ -205,6 +208,7 @@ async fn records_out_of_range_go_to_the_dead_letter_topic_at_once_and_the_rest_l
         backwards,
         event(4, "g4"),
         held_for_days,
+        forged,
     ];
     let (topic, producer) = (topic(&app), producer());
     for record in &records {
@@ -230,15 +234,16 @@ async fn records_out_of_range_go_to_the_dead_letter_topic_at_once_and_the_rest_l
         "the bad records held up the partition for {:?}",
         started.elapsed()
     );
-    let dead = read_topic(app.kafka().dlq_topic(), 1, 6, Duration::from_secs(3)).await;
+    let dead = read_topic(app.kafka().dlq_topic(), 1, 7, Duration::from_secs(3)).await;
     let reasons: Vec<String> = dead.iter().map(|d| d.2.clone().unwrap()).collect();
-    assert_eq!(dead.len(), 5, "exactly the five bad records: {reasons:?}");
+    assert_eq!(dead.len(), 6, "exactly the six bad records: {reasons:?}");
     for (reason, field) in reasons.iter().zip([
         "customerId",
         "orderAmount",
         "expiresAtMs",
         "expiresAtMs",
         "reservation TTL",
+        "discountAmount",
     ]) {
         assert!(reason.contains(field), "{reason} should name {field}");
     }
@@ -470,15 +475,15 @@ async fn the_msk_handler_lands_a_batch_and_dead_letters_its_poison_record() {
     let mut values = Vec::new();
     for i in 1..=3 {
         let r = reserve_req("KMSK", i, &format!("o{i}"));
-        let held = app
+        let reply = app
             .app
             .gate()
             .reserve(&code, i, r.order_id.as_str(), 10, now)
             .await
-            .unwrap()
-            .held
-            .expect("granted");
-        values.push(ReservedEvent::new(&r, held).to_json().into_bytes());
+            .unwrap();
+        let held = reply.held.expect("granted");
+        let event = ReservedEvent::new(&r, held, reply.rules_version);
+        values.push(event.to_json().into_bytes());
     }
     values.push(b"poison".to_vec());
     let b64 = |v: &[u8]| base64::engine::general_purpose::STANDARD.encode(v);

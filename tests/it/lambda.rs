@@ -55,11 +55,17 @@ async fn a_function_serves_only_its_own_family() {
     assert_eq!(app.view("LAMBDA-SALE").await["usedCount"], 0);
 }
 
-/// The SQS batch kept for the `cargo lambda watch` smoke test is one the consumer accepts.
+/// The SQS batch kept for the `cargo lambda watch` smoke test is one the consumer accepts, on
+/// the voucher the smoke test creates (its rules are what the event is checked against).
 #[tokio::test]
 async fn consumer_lands_the_sqs_fixture_event() {
     let app = TestApp::spawn().await;
-    app.voucher("SMOKE-EVENTS", 5, json!({})).await;
+    let smoke_terms = json!({
+        "discountAmount": 10_000,
+        "startsAt": "2020-01-01T00:00:00Z",
+        "endsAt": "2099-01-01T00:00:00Z",
+    });
+    app.voucher("SMOKE-EVENTS", 5, smoke_terms).await;
     let batch = serde_json::from_str(include_str!("../fixtures/sqs-voucher-reserved.json"))
         .expect("fixture is an SQS event");
     let answer = handle_batch(app.app.consumer(), None, batch).await;

@@ -44,6 +44,21 @@ impl Discount {
         }
     }
 
+    /// The discount of an order of `order_amount`: `fg_discount`'s rule, and `lua/rules.lua`'s
+    /// (a test checks the three agree). A fixed amount never exceeds the order; a percentage
+    /// rounds down and stops at its cap.
+    pub fn off(self, order_amount: i64) -> i64 {
+        match self {
+            Discount::Fixed(a) => a.min(order_amount),
+            Discount::Percent { percent, cap } => {
+                // Amounts are at most 10^15 and percent at most 100: no overflow, but a value
+                // out of range must not wrap either.
+                let d = order_amount.saturating_mul(i64::from(percent)) / 100;
+                cap.map_or(d, |c| d.min(c))
+            }
+        }
+    }
+
     /// (discount_amount, discount_percent, max_discount_amount) as stored and shown.
     pub fn columns(self) -> (Option<i64>, Option<i16>, Option<i64>) {
         match self {
@@ -69,4 +84,27 @@ pub(super) fn percent_of(p: i64) -> Result<i16, Invalid> {
         ));
     }
     Ok(p as i16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fixed_discount_stops_at_the_order_and_a_percentage_rounds_down_to_its_cap() {
+        assert_eq!(Discount::Fixed(100_000).off(500), 500);
+        assert_eq!(Discount::Fixed(100).off(500), 100);
+        let pct = |percent, cap| Discount::Percent { percent, cap };
+        assert_eq!(pct(15, None).off(999), 149);
+        assert_eq!(pct(15, Some(100)).off(999), 100);
+        assert_eq!(
+            pct(100, None).off(1_000_000_000_000_000),
+            1_000_000_000_000_000
+        );
+        assert_eq!(
+            pct(100, None).off(i64::MAX),
+            i64::MAX / 100,
+            "saturates, never wraps"
+        );
+    }
 }

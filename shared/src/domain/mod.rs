@@ -13,6 +13,8 @@
 //! - `outcome`: [`ReserveOutcome`], the reserve vocabulary shared with Lua and SQL, and
 //!   [`Held`], a use as it is held.
 //! - `discount`: [`Discount`], fixed or a capped percentage.
+//! - `grant`: [`GrantRules`], one version of a voucher's rules, and the [`Claim`] of a mode-B
+//!   event checked against them.
 //! - `voucher`: creating a voucher: [`CreateVoucherRequest`], its limits, [`VoucherRules`] and
 //!   [`NewVoucher`].
 //! - `patch`: changing one: [`PatchVoucherRequest`] and [`VoucherPatch`].
@@ -26,6 +28,7 @@
 
 mod amounts;
 mod discount;
+mod grant;
 mod ids;
 mod invalid;
 mod listing;
@@ -39,6 +42,7 @@ mod voucher;
 
 pub use amounts::{amount, MAX_AMOUNT};
 pub use discount::Discount;
+pub use grant::{Claim, GrantRules};
 pub use ids::{customer_id, OrderId, VoucherCode};
 pub use invalid::Invalid;
 pub use listing::{

@@ -24,12 +24,14 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Held, Reserve, VoucherCode};
+use crate::domain::{Claim, Held, Reserve, VoucherCode};
 
 pub const EVENT_TYPE: &str = "voucher-reserved";
 pub const EVENT_VERSION: u32 = 1;
 
-/// `voucher-reserved`, version 1: everything the consumer needs to write the row.
+/// `voucher-reserved`, version 1: everything the consumer needs to write the row, and the
+/// voucher's version whose rules granted the use (`rulesVersion`, a field added within version 1:
+/// an event without it is checked against the voucher's current rules).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReservedEvent {
@@ -44,10 +46,12 @@ pub struct ReservedEvent {
     /// Milliseconds since the epoch, as the gate stored them.
     pub reserved_at_ms: i64,
     pub expires_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules_version: Option<i64>,
 }
 
 impl ReservedEvent {
-    pub fn new(r: &Reserve, held: Held) -> Self {
+    pub fn new(r: &Reserve, held: Held, rules_version: Option<i64>) -> Self {
         ReservedEvent {
             kind: EVENT_TYPE.to_owned(),
             version: EVENT_VERSION,
@@ -58,6 +62,7 @@ impl ReservedEvent {
             discount_amount: held.discount,
             reserved_at_ms: held.reserved_ms,
             expires_at_ms: held.expires_ms,
+            rules_version,
         }
     }
 
@@ -68,6 +73,16 @@ impl ReservedEvent {
             reserved_ms: self.reserved_at_ms,
             expires_ms: self.expires_at_ms,
             discount: self.discount_amount,
+        }
+    }
+
+    /// What the event says was granted, for the check against the rules.
+    pub fn claim(&self) -> Claim {
+        Claim {
+            order_amount: self.order_amount,
+            discount: self.discount_amount,
+            reserved_ms: self.reserved_at_ms,
+            expires_ms: self.expires_at_ms,
         }
     }
 

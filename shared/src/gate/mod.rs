@@ -44,6 +44,9 @@ pub enum GateError {
 pub struct GateReply {
     pub outcome: ReserveOutcome,
     pub held: Option<Held>,
+    /// The voucher's version whose rules granted the use (None: no use held, or an entry
+    /// written before the gate kept it). Mode B's event carries it for the consumer's check.
+    pub rules_version: Option<i64>,
 }
 
 /// What an order is in the gate's `orders` hash.
@@ -51,8 +54,13 @@ pub struct GateReply {
 pub enum OrderEntry {
     /// Held, with the order's amount: a row written from the gate ahead of (or instead of) the
     /// mode B event that carries it still records it. 0 for entries written before the gate
-    /// kept it.
-    Active { held: Held, order_amount: i64 },
+    /// kept it. `rules_version`: the voucher's version whose rules granted it (None: written
+    /// before the gate kept it), which a replay's event carries again.
+    Active {
+        held: Held,
+        order_amount: i64,
+        rules_version: Option<i64>,
+    },
     /// Released; the customer is unknown for a tombstone of an order the gate never held.
     Tombstone(Option<i64>),
 }

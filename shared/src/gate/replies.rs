@@ -11,9 +11,17 @@ fn num(s: &str) -> Result<i64, GateError> {
         .map_err(|_| GateError::Reply(format!("not a number: {s:?}")))
 }
 
-/// `reserve.lua`'s reply: `{outcome, customer, reservedMs, expiresMs, discount}`.
+/// An entry's rules version: '' for an entry written before the gate kept it.
+fn version_of(s: &str) -> Result<Option<i64>, GateError> {
+    match s {
+        "" => Ok(None),
+        v => num(v).map(Some),
+    }
+}
+
+/// `reserve.lua`'s reply: `{outcome, customer, reservedMs, expiresMs, discount, version}`.
 pub(super) fn parse_reserve(reply: &[String]) -> Result<GateReply, GateError> {
-    let [outcome, customer, reserved, expires, discount] = reply else {
+    let [outcome, customer, reserved, expires, discount, version] = reply else {
         return Err(GateError::Reply(format!("{reply:?}")));
     };
     let outcome = ReserveOutcome::parse(outcome)
@@ -28,13 +36,21 @@ pub(super) fn parse_reserve(reply: &[String]) -> Result<GateReply, GateError> {
     } else {
         None
     };
-    Ok(GateReply { outcome, held })
+    let rules_version = match held {
+        Some(_) => version_of(version)?,
+        None => None,
+    };
+    Ok(GateReply {
+        outcome,
+        held,
+        rules_version,
+    })
 }
 
 /// `lookup.lua`'s reply: `{state, customer, reservedMs, expiresMs, discount, amount, uses,
-/// perUser, trust, replid}`.
+/// perUser, trust, replid, version}`.
 pub(super) fn parse_lookup(reply: &[String]) -> Result<Lookup, GateError> {
-    let [state, customer, reserved, expires, discount, amount, uses, per_user, trust, replid] =
+    let [state, customer, reserved, expires, discount, amount, uses, per_user, trust, replid, version] =
         reply
     else {
         return Err(GateError::Reply(format!("{reply:?}")));
@@ -58,6 +74,7 @@ pub(super) fn parse_lookup(reply: &[String]) -> Result<Lookup, GateError> {
                 discount: num(discount)?,
             },
             order_amount: num(amount)?,
+            rules_version: version_of(version)?,
         }),
         "R" if customer.is_empty() => Some(OrderEntry::Tombstone(None)),
         "R" => Some(OrderEntry::Tombstone(Some(num(customer)?))),
@@ -166,36 +183,41 @@ mod tests {
         };
         assert_eq!(
             parse_lookup(&s(&[
-                "A", "42", "1000", "901000", "5", "70000", "1", "2", "", ""
+                "A", "42", "1000", "901000", "5", "70000", "1", "2", "", "", "3"
             ]))
             .unwrap(),
             lookup(
                 Some(OrderEntry::Active {
                     held,
-                    order_amount: 70000
+                    order_amount: 70000,
+                    rules_version: Some(3),
                 }),
                 1,
                 Some(2)
             )
         );
         assert_eq!(
-            parse_lookup(&s(&["R", "42", "1", "2", "3", "0", "0", "1", "", ""])).unwrap(),
+            parse_lookup(&s(&["R", "42", "1", "2", "3", "0", "0", "1", "", "", ""])).unwrap(),
             lookup(Some(OrderEntry::Tombstone(Some(42))), 0, Some(1))
         );
         assert_eq!(
-            parse_lookup(&s(&["R", "", "0", "0", "0", "0", "0", "1", "", ""])).unwrap(),
+            parse_lookup(&s(&["R", "", "0", "0", "0", "0", "0", "1", "", "", ""])).unwrap(),
             lookup(Some(OrderEntry::Tombstone(None)), 0, Some(1))
         );
         assert_eq!(
-            parse_lookup(&s(&["", "", "0", "0", "0", "0", "2", "", "", ""])).unwrap(),
+            parse_lookup(&s(&["", "", "0", "0", "0", "0", "2", "", "", "", ""])).unwrap(),
             lookup(None, 2, None)
         );
-        assert!(parse_lookup(&s(&["X", "1", "0", "0", "0", "0", "0", "1", "", ""])).is_err());
+        assert!(parse_lookup(&s(&["X", "1", "0", "0", "0", "0", "0", "1", "", "", ""])).is_err());
+        assert!(
+            parse_lookup(&s(&["A", "1", "0", "0", "0", "0", "0", "1", "", ""])).is_err(),
+            "one field short"
+        );
         assert!(parse_lookup(&s(&["A", "1"])).is_err());
         let empty = ["", "", "0", "0", "0", "0", "0", ""];
         let with = |trust: &str, replid: &str| {
             let mut v = s(&empty);
-            v.extend(s(&[trust, replid]));
+            v.extend(s(&[trust, replid, ""]));
             parse_lookup(&v).unwrap().trust
         };
         assert_eq!(with("intact", "abc"), Some(Trust::Intact));
@@ -207,14 +229,14 @@ mod tests {
             })
         );
         let mut v = s(&empty);
-        v.extend(s(&["trusted", ""]));
+        v.extend(s(&["trusted", "", ""]));
         assert!(parse_lookup(&v).is_err());
     }
 
     #[test]
     fn reserve_replies_parse_or_fail_loudly() {
         assert_eq!(
-            parse_reserve(&s(&["RESERVED", "7", "10", "20", "30"])).unwrap(),
+            parse_reserve(&s(&["RESERVED", "7", "10", "20", "30", "4"])).unwrap(),
             GateReply {
                 outcome: ReserveOutcome::Reserved,
                 held: Some(Held {
@@ -222,18 +244,29 @@ mod tests {
                     reserved_ms: 10,
                     expires_ms: 20,
                     discount: 30
-                })
+                }),
+                rules_version: Some(4),
             }
         );
         assert_eq!(
-            parse_reserve(&s(&["OUT_OF_STOCK", "", "0", "0", "0"])).unwrap(),
+            parse_reserve(&s(&["REPLAY", "7", "10", "20", "30", ""]))
+                .unwrap()
+                .rules_version,
+            None,
+            "an entry written before the gate kept the version"
+        );
+        assert_eq!(
+            parse_reserve(&s(&["OUT_OF_STOCK", "", "0", "0", "0", ""])).unwrap(),
             GateReply {
                 outcome: ReserveOutcome::OutOfStock,
-                held: None
+                held: None,
+                rules_version: None,
             }
         );
         assert!(parse_reserve(&s(&["RESERVED"])).is_err());
-        assert!(parse_reserve(&s(&["DUPLICATE", "", "0", "0", "0"])).is_err());
+        assert!(parse_reserve(&s(&["RESERVED", "7", "10", "20", "30"])).is_err());
+        assert!(parse_reserve(&s(&["RESERVED", "7", "10", "20", "30", "v"])).is_err());
+        assert!(parse_reserve(&s(&["DUPLICATE", "", "0", "0", "0", ""])).is_err());
     }
 
     #[test]

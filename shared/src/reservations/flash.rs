@@ -120,9 +120,10 @@ impl Flash {
         if reply.outcome == ReserveOutcome::OutOfStock {
             self.sold_out.mark(&r.code);
         }
+        let version = reply.rules_version;
         match (reply.outcome, reply.held) {
-            (ReserveOutcome::Reserved, Some(held)) => self.settle(r, held, true).await,
-            (ReserveOutcome::Replay, Some(held)) => self.settle(r, held, false).await,
+            (ReserveOutcome::Reserved, Some(held)) => self.settle(r, held, version, true).await,
+            (ReserveOutcome::Replay, Some(held)) => self.settle(r, held, version, false).await,
             (outcome, _) => Err(ReserveError::refused(outcome)),
         }
     }
@@ -178,8 +179,12 @@ impl Flash {
             return Err(ReserveError::OutOfStock);
         };
         match entry {
-            Some(OrderEntry::Active { held, .. }) if held.customer_id == r.customer_id => {
-                self.settle(r, held, false).await
+            Some(OrderEntry::Active {
+                held,
+                rules_version,
+                ..
+            }) if held.customer_id == r.customer_id => {
+                self.settle(r, held, rules_version, false).await
             }
             Some(OrderEntry::Active { .. }) => Err(ReserveError::OrderConflict),
             Some(OrderEntry::Tombstone(Some(c))) if c != r.customer_id => {
@@ -197,12 +202,14 @@ impl Flash {
         self.sold_out.clear(code);
     }
 
-    /// The gate granted (`fresh`) or already held (a retry) the use. Mode B: send the event.
-    /// Mode A: write the row with the merge and answer from what Postgres stored.
+    /// The gate granted (`fresh`) or already held (a retry) the use under the rules of the
+    /// voucher's `rules_version`. Mode B: send the event. Mode A: write the row with the merge
+    /// and answer from what Postgres stored.
     async fn settle(
         &self,
         r: &Reserve,
         held: Held,
+        rules_version: Option<i64>,
         fresh: bool,
     ) -> Result<Reservation, ReserveError> {
         let order = r.order_id.as_str();
@@ -210,7 +217,9 @@ impl Flash {
             // Mode B: Postgres is off the path. The event carries the use to the consumer; if
             // it cannot be sent, the order stays pending in the gate for the sweeper (or the
             // client's retry, answered REPLAY, sends it again).
-            events.send(&ReservedEvent::new(r, held)).await?;
+            events
+                .send(&ReservedEvent::new(r, held, rules_version))
+                .await?;
             return Ok(Reservation {
                 order_id: order.to_owned(),
                 customer_id: held.customer_id,
@@ -347,7 +356,12 @@ impl Flash {
                     flash_sale: true,
                 }))
             }
-            (Some(OrderEntry::Active { held, order_amount }), _) => (held, order_amount),
+            (
+                Some(OrderEntry::Active {
+                    held, order_amount, ..
+                }),
+                _,
+            ) => (held, order_amount),
         };
         let merge = Merge::held(code, order, held, order_amount, status);
         let merged = self.store.merge(&merge).await?;

@@ -36,7 +36,7 @@ pub use merge::{
     is_unknown_voucher, never_passes, Merge, MergeOutcome, Merged, RowFacts, MERGE_BATCH_MAX,
 };
 pub use sweeps::{Expired, LiveFlashVoucher};
-pub use vouchers::{PatchOutcome, VoucherKind, VoucherState};
+pub use vouchers::{Grants, PatchOutcome, VoucherKind, VoucherState};
 
 use crate::tls;
 

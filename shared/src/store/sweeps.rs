@@ -34,6 +34,24 @@ fn stored_code(raw: &str) -> VoucherCode {
 }
 
 impl Store {
+    /// Deletes at most `limit` of the rules that changes superseded before `before`, the
+    /// oldest first (by `voucher_rules`' index on `superseded_at`). Answers how many went.
+    pub async fn forget_rules(&self, before: DateTime<Utc>, limit: i64) -> Result<u64, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "DELETE FROM voucher_rules
+                  WHERE (voucher_code, version) IN
+                        (SELECT voucher_code, version FROM voucher_rules
+                          WHERE superseded_at < $1 ORDER BY superseded_at LIMIT $2)
+                 RETURNING 1",
+                &[(&before, Type::TIMESTAMPTZ), (&limit, Type::INT8)],
+            )
+            .await?;
+        Ok(rows.len() as u64)
+    }
+
     /// One bounded batch of expiry (`fg_expire`): RESERVED rows past their expiry at `now`,
     /// released with the merge in one transaction. Fewer than `limit` rows: nothing is left.
     pub async fn expire_batch(

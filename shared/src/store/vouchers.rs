@@ -1,11 +1,15 @@
-//! Vouchers: creating one, reading one or a page of them, and changing their rules.
+//! Vouchers: creating one, reading one or a page of them, changing their rules, and the rules a
+//! mode-B event was granted under.
 
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
 use tokio_postgres::{error::SqlState, types::Type};
 
 use super::rows::{page_next, voucher_rules};
 use super::Store;
 use crate::domain::{
-    Discount, NewVoucher, Page, VoucherCode, VoucherList, VoucherRules, VoucherView,
+    Discount, GrantRules, NewVoucher, Page, VoucherCode, VoucherList, VoucherRules, VoucherView,
 };
 use crate::errors::{CreateVoucherError, GetVoucherError, ListError, StoreError};
 
@@ -21,6 +25,27 @@ pub struct VoucherState {
     pub rules: VoucherRules,
     pub version: i64,
     pub reservation_ttl_seconds: i32,
+}
+
+/// The rules some events were granted under: each voucher's current rules, and the earlier
+/// versions asked for that `voucher_rules` still keeps.
+#[derive(Debug, Default)]
+pub struct Grants {
+    current: HashMap<String, GrantRules>,
+    past: HashMap<(String, i64), GrantRules>,
+}
+
+impl Grants {
+    /// The rules of `code` at `version` (None: the current ones). None: no such voucher, or no
+    /// such version kept (never existed, or superseded longer ago than events are kept).
+    pub fn at(&self, code: &str, version: Option<i64>) -> Option<&GrantRules> {
+        let current = self.current.get(code)?;
+        match version {
+            None => Some(current),
+            Some(v) if v == current.version => Some(current),
+            Some(v) => self.past.get(&(code.to_owned(), v)),
+        }
+    }
 }
 
 /// What `fg_patch_voucher` did.
@@ -258,6 +283,55 @@ impl Store {
             "NOT_FOUND" => PatchOutcome::NotFound,
             other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
         })
+    }
+
+    /// The rules each `(code, version)` asked for was granted under, in one round trip: the
+    /// vouchers' current rules, and the kept earlier versions among those asked.
+    pub async fn grants(&self, asked: &[(&str, Option<i64>)]) -> Result<Grants, StoreError> {
+        let codes: Vec<&str> = asked.iter().map(|(c, _)| *c).collect();
+        let versions: Vec<Option<i64>> = asked.iter().map(|(_, v)| *v).collect();
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT v.code, v.version, v.discount_amount, v.discount_percent,
+                        v.max_discount_amount, v.min_order_amount, v.starts_at, v.ends_at,
+                        v.active, v.reservation_ttl_seconds, true AS current
+                   FROM voucher v WHERE v.code = ANY($1)
+                 UNION ALL
+                 SELECT h.voucher_code, h.version, h.discount_amount, h.discount_percent,
+                        h.max_discount_amount, h.min_order_amount, h.starts_at, h.ends_at,
+                        h.active, v.reservation_ttl_seconds, false
+                   FROM voucher_rules h JOIN voucher v ON v.code = h.voucher_code
+                  WHERE (h.voucher_code, h.version) IN
+                        (SELECT * FROM unnest($1::text[], $2::int8[]))",
+                &[(&codes, Type::TEXT_ARRAY), (&versions, Type::INT8_ARRAY)],
+            )
+            .await?;
+        let mut grants = Grants::default();
+        for row in &rows {
+            let at = |name| row.get::<_, DateTime<Utc>>(name).timestamp_millis();
+            let rules = GrantRules {
+                version: row.get("version"),
+                discount: Discount::from_columns(
+                    row.get("discount_amount"),
+                    row.get("discount_percent"),
+                    row.get("max_discount_amount"),
+                ),
+                min_order_amount: row.get("min_order_amount"),
+                starts_at_ms: at("starts_at"),
+                ends_at_ms: at("ends_at"),
+                active: row.get("active"),
+                ttl_ms: i64::from(row.get::<_, i32>("reservation_ttl_seconds")) * 1000,
+            };
+            let code: String = row.get("code");
+            if row.get("current") {
+                grants.current.insert(code, rules);
+            } else {
+                grants.past.insert((code, rules.version), rules);
+            }
+        }
+        Ok(grants)
     }
 
     /// How a voucher is decided (None: no such voucher). Immutable once created.

@@ -17,7 +17,10 @@
 //!    it pending and a last reconciliation equal, leaves the gate: every key goes (`retire.lua`)
 //!    and its mark in Postgres is cleared, so Postgres answers for it from then on and sweeps
 //!    visit only what the gate may hold;
-//! 5. **warm-up**: flash vouchers whose sale starts within the lead are loaded.
+//! 5. **warm-up**: flash vouchers whose sale starts within the lead are loaded;
+//! 6. **forget**: rules a change superseded more than [`RULES_KEPT`] ago leave `voucher_rules`
+//!    (mode B's consumer checks an event against the rules that granted it; no queue keeps an
+//!    event longer), a bounded batch a run.
 //!
 //! The local server runs it every `SWEEP_INTERVAL_SECONDS`, the `sweeper` Lambda on a schedule,
 //! `flashgate sweep` once. Running two at once is safe: see `fg_expire` and the gate scripts.
@@ -43,6 +46,14 @@ use crate::telemetry::{emit_metrics, Chain, Unit};
 /// Rows per `fg_expire` transaction.
 pub const EXPIRE_BATCH: i32 = 500;
 
+/// How long the rules a change replaced are kept for the consumer's check: an SQS queue keeps a
+/// message 14 days at most (a Kafka topic's retention is the operator's: keep it within this).
+pub const RULES_KEPT: Duration = Duration::from_secs(14 * 86_400);
+
+/// Superseded rules deleted per run at most: the table holds only changes, so a run or two
+/// clears a day's.
+pub const FORGET_BATCH: i64 = 1000;
+
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct SweepReport {
@@ -57,6 +68,8 @@ pub struct SweepReport {
     pub warmed: u64,
     /// Vouchers whose sale is over, taken out of the gate.
     pub retired: u64,
+    /// Superseded rules no event can still need, deleted.
+    pub rules_forgotten: u64,
     /// Gate calls that failed; what they left is picked up by the next run.
     pub gate_errors: u64,
     pub duration_ms: u64,
@@ -129,6 +142,13 @@ impl Sweeper {
             }
         }
         self.warm_up_soon(now, &mut report).await?;
+        report.rules_forgotten = self
+            .store
+            .forget_rules(
+                now - chrono::TimeDelta::from_std(RULES_KEPT).expect("14 days"),
+                FORGET_BATCH,
+            )
+            .await?;
 
         report.duration_ms = started.elapsed().as_millis() as u64;
         tracing::info!(
@@ -140,6 +160,7 @@ impl Sweeper {
             releases_finished = report.releases_finished,
             warmed = report.warmed,
             retired = report.retired,
+            rules_forgotten = report.rules_forgotten,
             gate_errors = report.gate_errors,
             duration_ms = report.duration_ms,
             "sweep"

@@ -58,7 +58,10 @@ impl Sweeper {
         let Some(entry) = report.gate_ok(self.gate.order(code, order).await) else {
             return Ok(false);
         };
-        let Some(OrderEntry::Active { held, order_amount }) = entry else {
+        let Some(OrderEntry::Active {
+            held, order_amount, ..
+        }) = entry
+        else {
             // Already a tombstone (or gone): only the pending mark is left.
             report.gate_ok(self.gate.settled(code, order).await);
             return Ok(false);

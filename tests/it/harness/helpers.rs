@@ -30,15 +30,17 @@ pub fn reserve_req(code: &str, customer: i64, order: &str) -> Reserve {
 }
 
 /// The `voucher-reserved` event of [`reserve_req`]'s reserve, made at `reserved_ms`: it holds
-/// its use for a minute with a discount of 5. Tests change a field to make it bad.
+/// its use for a minute with a discount of 10 (a [`TestApp::voucher`]'s 100,000 off, which
+/// stops at the order's 10), and no rules version, so it is checked against the voucher's
+/// current rules. Tests change a field to make it bad.
 pub fn reserved_event(code: &str, customer: i64, order: &str, reserved_ms: i64) -> ReservedEvent {
     let held = Held {
         customer_id: customer,
         reserved_ms,
         expires_ms: reserved_ms + 60_000,
-        discount: 5,
+        discount: 10,
     };
-    ReservedEvent::new(&reserve_req(code, customer, order), held)
+    ReservedEvent::new(&reserve_req(code, customer, order), held, None)
 }
 
 /// Settings made of exactly these variables (the last of a name wins), as if they were the
