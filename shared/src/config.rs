@@ -7,7 +7,10 @@
 //!
 //! In AWS the database password is not in the environment at all: `DATABASE_SECRET_ARN` names
 //! the Secrets Manager secret (`{"username": .., "password": ..}`, the shape RDS and
-//! `template.yaml` generate) and [`Settings::load`] reads it once, at cold start.
+//! `template.yaml` generate) and [`Settings::load`] reads it once, at cold start. The functions
+//! that serve log in with the application role's secret; only the migrate function holds the
+//! master secret, and `APP_DATABASE_SECRET_ARN` besides, to create that role and keep its
+//! password and privileges up to date (docs/DEPLOY.md, "Database logins").
 
 use std::time::Duration;
 
@@ -39,6 +42,13 @@ pub struct DatabaseSettings {
     pub secret_arn: Option<String>,
     /// Read from `secret_arn` by [`Settings::load`].
     pub credentials: Option<DatabaseCredentials>,
+    /// `APP_DATABASE_SECRET_ARN`, set for the migrate function only: the secret of the
+    /// least-privilege role the other functions log in as. With it, `migrate` creates that role
+    /// (or sets its password to the secret's) and grants it the service's tables; without it
+    /// (local runs) no role is touched.
+    pub app_secret_arn: Option<String>,
+    /// Read from `app_secret_arn` by [`Settings::load`].
+    pub app_role: Option<DatabaseCredentials>,
     /// `DATABASE_POOL_SIZE`: Postgres connections per process. Lambda wants 1-2; the local
     /// server more.
     pub pool_size: usize,
@@ -272,38 +282,23 @@ impl Settings {
         Ok(())
     }
 
-    /// Reads the database credentials from Secrets Manager when `DATABASE_SECRET_ARN` is set.
+    /// Reads the database credentials from Secrets Manager when `DATABASE_SECRET_ARN` is set,
+    /// and the application role's when `APP_DATABASE_SECRET_ARN` is.
     pub async fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
-        let Some(arn) = &self.database.secret_arn else {
+        let database = &mut self.database;
+        if database.secret_arn.is_none() && database.app_secret_arn.is_none() {
             return Ok(());
-        };
-        let problem = |problem: String| ConfigError {
-            name: "DATABASE_SECRET_ARN",
-            problem,
-        };
+        }
         let sdk = crate::aws::sdk_config(self.aws.endpoint_url.as_deref(), &self.aws.region).await;
-        let secret = aws_sdk_secretsmanager::Client::new(&sdk)
-            .get_secret_value()
-            .secret_id(arn)
-            .send()
-            .await
-            .map_err(|e| {
-                problem(format!(
-                    "secret {arn} could not be read: {}",
-                    aws_sdk_secretsmanager::error::DisplayErrorContext(e)
-                ))
-            })?;
-        let text = secret
-            .secret_string()
-            .ok_or_else(|| problem(format!("secret {arn} has no string value")))?;
-        let credentials: DatabaseCredentials = serde_json::from_str(text).map_err(|e| {
-            // The secret's text is never echoed: it holds the password.
-            problem(format!(
-                "secret {arn} is not {{\"username\": .., \"password\": ..}} JSON ({:?} error)",
-                e.classify()
-            ))
-        })?;
-        self.database.credentials = Some(credentials);
+        let client = aws_sdk_secretsmanager::Client::new(&sdk);
+        if let Some(arn) = &database.secret_arn {
+            database.credentials =
+                Some(read_credentials(&client, "DATABASE_SECRET_ARN", arn).await?);
+        }
+        if let Some(arn) = &database.app_secret_arn {
+            database.app_role =
+                Some(read_credentials(&client, "APP_DATABASE_SECRET_ARN", arn).await?);
+        }
         Ok(())
     }
 
@@ -351,6 +346,8 @@ impl Settings {
                 ),
                 secret_arn: get("DATABASE_SECRET_ARN"),
                 credentials: None,
+                app_secret_arn: get("APP_DATABASE_SECRET_ARN"),
+                app_role: None,
                 pool_size: parse(&get, "DATABASE_POOL_SIZE", 16)?,
                 timeout: Duration::from_millis(parse(&get, "DATABASE_TIMEOUT_MS", 2000)?),
             },
@@ -436,6 +433,36 @@ impl DatabaseSettings {
     }
 }
 
+/// One `{"username": .., "password": ..}` secret; `name` is the variable that named it.
+async fn read_credentials(
+    client: &aws_sdk_secretsmanager::Client,
+    name: &'static str,
+    arn: &str,
+) -> Result<DatabaseCredentials, ConfigError> {
+    let problem = |problem: String| ConfigError { name, problem };
+    let secret = client
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .map_err(|e| {
+            problem(format!(
+                "secret {arn} could not be read: {}",
+                aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+            ))
+        })?;
+    let text = secret
+        .secret_string()
+        .ok_or_else(|| problem(format!("secret {arn} has no string value")))?;
+    serde_json::from_str(text).map_err(|e| {
+        // The secret's text is never echoed: it holds the password.
+        problem(format!(
+            "secret {arn} is not {{\"username\": .., \"password\": ..}} JSON ({:?} error)",
+            e.classify()
+        ))
+    })
+}
+
 fn parse<T: std::str::FromStr>(
     get: &impl Fn(&str) -> Option<String>,
     name: &'static str,
@@ -513,6 +540,17 @@ mod tests {
         assert_eq!(s.events.queue_url.as_deref(), Some("http://q"));
         let err = settings(&[("PORT", "http")]).unwrap_err().to_string();
         assert!(err.contains("PORT"), "{err}");
+    }
+
+    #[test]
+    fn only_the_migrate_function_is_given_the_application_roles_secret() {
+        assert!(settings(&[]).unwrap().database.app_secret_arn.is_none());
+        let s = settings(&[("APP_DATABASE_SECRET_ARN", "arn:app")]).unwrap();
+        assert_eq!(s.database.app_secret_arn.as_deref(), Some("arn:app"));
+        assert!(
+            s.database.app_role.is_none(),
+            "read by load(), not from the environment"
+        );
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub enum StoreError {
     Refused { code: String, message: String },
     #[error("migration failed")]
     Migration(#[source] refinery::Error),
+    /// The application role (`APP_DATABASE_SECRET_ARN`) was refused before any change to it:
+    /// a name that is not a plain identifier, or a role that would not be least-privilege.
+    #[error("application role {role:?}: {problem}")]
+    AppRole { role: String, problem: &'static str },
     /// The one round trip of a batch of writes failed; every write of the batch fails with it.
     #[error("the batch's write failed")]
     Batch(#[source] std::sync::Arc<StoreError>),

@@ -13,6 +13,7 @@ mod lambda;
 mod lattice;
 mod lifecycle;
 mod properties;
+mod roles;
 mod schema;
 mod server;
 mod slots;

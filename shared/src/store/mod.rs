@@ -10,6 +10,7 @@
 //! # Files
 //!
 //! - `pool`: connecting (TLS, credentials), creating the database, and the migrations.
+//! - `role`: the least-privilege application role `migrate` creates and grants.
 //! - `vouchers`: creating, reading, listing and changing vouchers.
 //! - `reservations`: reserves (one or a batch), validation, reading and listing reservations.
 //! - `merge`: the one status change, `fg_merge`: confirm, release, and every write of the gate,
@@ -23,6 +24,7 @@ mod gate_source;
 mod merge;
 mod pool;
 mod reservations;
+mod role;
 mod rows;
 mod sweeps;
 mod vouchers;
@@ -38,6 +40,7 @@ pub use merge::{
 pub use sweeps::{Expired, LiveFlashVoucher};
 pub use vouchers::{Grants, PatchOutcome, VoucherKind, VoucherState};
 
+use crate::config::DatabaseCredentials;
 use crate::tls;
 
 #[derive(Clone)]
@@ -50,4 +53,7 @@ pub struct Store {
     /// Built once when `sslmode` asks for TLS (it reads the system's roots), shared by the
     /// pool and that maintenance connection.
     tls: Option<tls::PostgresTls>,
+    /// The application role `migrate` creates or updates after the migrations
+    /// (`APP_DATABASE_SECRET_ARN`); None everywhere but in the migrate function.
+    app_role: Option<Arc<DatabaseCredentials>>,
 }

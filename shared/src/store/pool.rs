@@ -58,6 +58,7 @@ impl Store {
             pool,
             pg: Arc::new(pg),
             tls,
+            app_role: settings.app_role.clone().map(Arc::new),
         })
     }
 
@@ -108,7 +109,8 @@ impl Store {
         Ok(())
     }
 
-    /// Applies pending migrations under an advisory lock; answers the ones it applied.
+    /// Applies pending migrations under an advisory lock, then, when an application role is
+    /// configured, creates or updates it under the same lock; answers the migrations it applied.
     pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
         let mut client = self.client().await?;
         client
@@ -120,12 +122,19 @@ impl Store {
             .await?;
         let client: &mut tokio_postgres::Client = &mut client;
         let report = embedded::migrations::runner().run_async(client).await;
+        // Under the lock too: two migrators would otherwise race on CREATE ROLE and on the
+        // grants (Postgres refuses concurrent changes of one catalog row).
+        let role = match (&report, &self.app_role) {
+            (Ok(_), Some(role)) => Some(super::role::provision(client, role).await),
+            _ => None,
+        };
         client
             .batch_execute(&format!(
                 "SELECT pg_advisory_unlock({MIGRATION_LOCK}); RESET statement_timeout"
             ))
             .await?;
         let report = report.map_err(StoreError::Migration)?;
+        role.transpose()?;
         let applied: Vec<String> = report
             .applied_migrations()
             .iter()

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use shared::config::DatabaseCredentials;
 use shared::gate::GateMeta;
 use shared::gate::Keys;
 use shared::{server, App, Settings};
@@ -48,6 +49,17 @@ pub async fn serve_with(configure: impl FnOnce(&mut Settings)) -> String {
     format!("http://{addr}")
 }
 
+/// The password [`TestAppBuilder::with_app_role`] gives the role.
+pub const APP_ROLE_PASSWORD: &str = "first-app-password";
+
+/// A login as the migrate function reads it from the application role's secret.
+pub fn app_role_login(username: &str, password: &str) -> DatabaseCredentials {
+    DatabaseCredentials {
+        username: username.to_owned(),
+        password: password.to_owned().into(),
+    }
+}
+
 /// A change of the settings ([`TestAppBuilder::configure`]).
 type Configure = Box<dyn FnOnce(&mut Settings) + Send>;
 
@@ -68,6 +80,9 @@ pub struct TestAppBuilder {
     /// the API answered, and the tables hold a use only once its event has landed. Reads
     /// through the API never wait.
     settle_reads: bool,
+    /// The server logs in as an application role of the test's own, which migrating created
+    /// ([`TestAppBuilder::with_app_role`]).
+    app_role: bool,
     configure: Vec<Configure>,
 }
 
@@ -133,6 +148,14 @@ impl TestAppBuilder {
     /// Mode B on Kafka brokers that never answer (nothing listens there): the broker is down.
     pub fn with_dead_kafka(mut self) -> Self {
         self.kafka = Some("127.0.0.1:1".to_owned());
+        self
+    }
+
+    /// Migrates with an application role of the test's own configured (as the migrate function
+    /// does with `APP_DATABASE_SECRET_ARN`), and serves logged in as that role, as the other
+    /// functions do in AWS ([`TestApp::app_role`]). [`TestApp::db`] stays the migrator's.
+    pub fn with_app_role(mut self) -> Self {
+        self.app_role = true;
         self
     }
 
@@ -215,8 +238,24 @@ impl TestAppBuilder {
         }
         cleanup = cleanup.and_redis_keys(&nodes, &key_prefix);
 
+        let app_role = self
+            .app_role
+            .then(|| app_role_login(&unique_name("fg_app"), APP_ROLE_PASSWORD));
+        if let Some(role) = &app_role {
+            cleanup = cleanup.and_role(&role.username);
+        }
+        settings.database.app_role = app_role.clone();
         let app = App::new(&settings).expect("app");
         app.prepare_database().await.expect("migrate");
+        // The served app logs in as the role, and never migrates.
+        let app = match &app_role {
+            Some(role) => {
+                settings.database.app_role = None;
+                settings.database.credentials = Some(role.clone());
+                App::new(&settings).expect("app as the application role")
+            }
+            None => app,
+        };
         if self.kafka.as_deref() == Some(kafka_brokers().as_str()) {
             app.prepare_events().await.expect("Kafka topics");
         }
@@ -252,6 +291,7 @@ impl TestAppBuilder {
             redis_proxy,
             queues,
             settle_reads: self.settle_reads,
+            app_role: app_role.map(|role| role.username),
             shutdown: Some(tx),
             _cleanup: cleanup,
         }
@@ -289,6 +329,8 @@ pub struct TestApp {
     /// Mode B's contract tests: Postgres learns of flash winners after the answer, so reads of
     /// it wait for the events.
     settle_reads: bool,
+    /// The role the server logs in as ([`TestAppBuilder::with_app_role`]).
+    app_role: Option<String>,
     shutdown: Option<oneshot::Sender<()>>,
     /// Last on purpose: fields drop after [`Drop::drop`] has told the server to stop, in the
     /// order declared, so the database goes after everything else the test held.
@@ -305,6 +347,7 @@ impl TestApp {
             events: None,
             kafka: None,
             settle_reads: false,
+            app_role: false,
             configure: Vec::new(),
         }
     }
@@ -330,6 +373,13 @@ impl TestApp {
     /// This test's database, reached directly (not through a proxy).
     pub fn database_url(&self) -> String {
         format!("{}/{}", postgres_base(), self.db_name)
+    }
+
+    /// The application role the server logs in as ([`TestAppBuilder::with_app_role`]).
+    pub fn app_role(&self) -> &str {
+        self.app_role
+            .as_deref()
+            .expect("spawned without with_app_role()")
     }
 
     /// The prefix of this test's Redis keys.

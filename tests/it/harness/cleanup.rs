@@ -1,5 +1,6 @@
 //! What a test leaves behind goes when the test ends, passed or failed: otherwise every run
-//! adds a database per test, and its keys in Redis, for someone else to drop.
+//! adds a database per test, and its keys in Redis (and a role, for the tests of the
+//! application role), for someone else to drop.
 
 use std::time::Duration;
 
@@ -8,7 +9,8 @@ use super::postgres_base;
 /// Bounds each step, so a dependency that stopped answering fails the clean-up, not the suite.
 const STEP_LIMIT: Duration = Duration::from_secs(30);
 
-/// Drops a test database, and deletes the Redis keys under a prefix, when dropped.
+/// Drops a test database, then a role, and deletes the Redis keys under a prefix, when
+/// dropped.
 ///
 /// `Drop` cannot await, and the test's own runtime may have a single thread, which blocking
 /// here stalls: the work runs on a thread of its own with its own runtime, and is joined.
@@ -18,6 +20,9 @@ pub struct Cleanup {
     db_name: String,
     /// `(node URL, key pattern)` pairs; empty for a test that wrote nothing to Redis.
     redis: Vec<(String, String)>,
+    /// A role of the test's own. Roles belong to the whole server, not to the database, so it
+    /// would outlive the test; it goes after the database, which takes its grants with it.
+    role: Option<String>,
 }
 
 impl Cleanup {
@@ -26,7 +31,20 @@ impl Cleanup {
         Cleanup {
             db_name: db_name.to_owned(),
             redis: Vec::new(),
+            role: None,
         }
+    }
+
+    /// The role `role` alone (a test that made one beside a [`TestApp`], which drops the
+    /// database itself).
+    pub fn role(role: &str) -> Cleanup {
+        Cleanup::database("").and_role(role)
+    }
+
+    /// The role `role` as well, once the database is gone.
+    pub fn and_role(mut self, role: &str) -> Cleanup {
+        self.role = Some(role.to_owned());
+        self
     }
 
     /// The keys starting with `prefix` on each of these Redis nodes, as well.
@@ -42,6 +60,7 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let db_name = std::mem::take(&mut self.db_name);
         let redis = std::mem::take(&mut self.redis);
+        let role = self.role.take();
         let worker = std::thread::Builder::new()
             .name("test-cleanup".into())
             .spawn(move || {
@@ -60,10 +79,19 @@ impl Drop for Cleanup {
                             Err(_) => eprintln!("clean-up: keys {pattern} on {node}: timed out"),
                         }
                     }
-                    match tokio::time::timeout(STEP_LIMIT, drop_database(&db_name)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => eprintln!("clean-up: database {db_name}: {e}"),
-                        Err(_) => eprintln!("clean-up: database {db_name}: timed out"),
+                    if !db_name.is_empty() {
+                        match tokio::time::timeout(STEP_LIMIT, drop_database(&db_name)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => eprintln!("clean-up: database {db_name}: {e}"),
+                            Err(_) => eprintln!("clean-up: database {db_name}: timed out"),
+                        }
+                    }
+                    if let Some(role) = &role {
+                        match tokio::time::timeout(STEP_LIMIT, drop_role(role)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => eprintln!("clean-up: role {role}: {e}"),
+                            Err(_) => eprintln!("clean-up: role {role}: timed out"),
+                        }
                     }
                 });
             });
@@ -86,6 +114,18 @@ async fn drop_database(db_name: &str) -> Result<(), tokio_postgres::Error> {
     let name = db_name.replace('"', "\"\"");
     client
         .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+        .await
+}
+
+/// Drops the role. Its privileges were all in the test's database, already dropped: nothing
+/// else depends on it.
+async fn drop_role(role: &str) -> Result<(), tokio_postgres::Error> {
+    let url = format!("{}/postgres", postgres_base());
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let name = role.replace('"', "\"\"");
+    client
+        .batch_execute(&format!("DROP ROLE IF EXISTS \"{name}\""))
         .await
 }
 

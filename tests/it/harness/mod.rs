@@ -10,7 +10,7 @@ mod proxy;
 mod routes;
 mod sqs;
 
-pub use app::{assert_never_reserved, serve_with, TestApp};
+pub use app::{app_role_login, assert_never_reserved, serve_with, TestApp, APP_ROLE_PASSWORD};
 pub use cleanup::Cleanup;
 pub use helpers::{
     error_of, reserve_req, reserved_event, settings, unique_name, voucher_code, wait_for,
