@@ -30,11 +30,11 @@ sam validate --lint
 log "sam build (x86_64, ConsistencyMode=B, EventTransport=kafka)"
 sam build --parameter-overrides Architecture=x86_64 ConsistencyMode=B EventTransport=kafka \
   --build-dir .flashgate/sam-build
-for fn in Reserve Confirm Release Admin Consumer Sweeper Migrate; do
+for fn in Reserve Confirm Release Admin Live Consumer Sweeper Migrate; do
   bootstrap=".flashgate/sam-build/${fn}Function/bootstrap"
   [ -x "$bootstrap" ] || { log "missing $bootstrap"; exit 1; }
 done
-log "built 7 functions into .flashgate/sam-build"
+log "built 8 functions into .flashgate/sam-build"
 
 ./scripts/services.sh
 log "cargo lambda watch smoke test"

@@ -26,6 +26,13 @@ pub async fn run(routes: http::Routes) -> Result<(), lambda_http::Error> {
     lambda_http::run(http::router(app, routes)).await
 }
 
+/// The liveness function: `GET /health/live` and nothing else, with no settings read and no
+/// client built (see [`http::live_router`]).
+pub async fn run_live() -> Result<(), lambda_http::Error> {
+    telemetry::init();
+    lambda_http::run(http::live_router()).await
+}
+
 /// The sweeper function: one sweep per scheduled event.
 pub async fn run_sweeper() -> Result<(), lambda_runtime::Error> {
     let app = app().await?;

@@ -11,7 +11,7 @@ use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
 
 use super::access::{Access, Role};
-use super::{router, Routes, ROUTES};
+use super::{live_router, router, Routes, LIVE_PATH, ROUTES};
 use crate::{App, Settings};
 
 /// (method, path with its parameters unnamed, function).
@@ -262,4 +262,34 @@ fn route_access_is_what_template_yaml_invoke_policies_give() {
             "{call}: the policies allow {allowed:?}"
         );
     }
+}
+
+/// The live function's router, built without an `App`, serves its family's route and no other.
+#[tokio::test]
+async fn the_live_function_serves_its_route_and_nothing_else() {
+    let call = |method: &str, path: &str| {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap();
+        async move { live_router().oneshot(request).await.unwrap().status() }
+    };
+    assert_eq!(call("GET", LIVE_PATH).await, StatusCode::OK);
+    for route in ROUTES.iter().filter(|r| r.family != Routes::Live) {
+        let uri = route.path.replace("{code}", "A").replace("{order_id}", "o");
+        let status = call(route.method, &uri).await;
+        assert!(
+            matches!(
+                status,
+                StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED
+            ),
+            "{} {} answered {status} in the live function",
+            route.method,
+            route.path
+        );
+    }
+    let live: Vec<_> = ROUTES.iter().filter(|r| r.family == Routes::Live).collect();
+    assert_eq!(live.len(), 1);
+    assert_eq!((live[0].method, live[0].path), ("GET", LIVE_PATH));
 }

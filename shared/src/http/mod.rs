@@ -52,6 +52,8 @@ pub enum Routes {
     Confirm,
     Release,
     Admin,
+    /// `GET /health/live` alone, served by [`live_router`], which needs no [`App`].
+    Live,
 }
 
 impl Routes {
@@ -63,6 +65,7 @@ impl Routes {
             Routes::Confirm => Some("confirm"),
             Routes::Release => Some("release"),
             Routes::Admin => Some("admin"),
+            Routes::Live => Some("live"),
         }
     }
 }
@@ -90,10 +93,13 @@ pub struct Route {
 }
 
 impl Route {
-    /// The health routes answer in every function (each can be probed); only admin's are
-    /// mapped to a path in the API.
+    /// The health routes answer in every function (each can be probed); only admin's and
+    /// live's are mapped to a path in the API. The live function serves its own route only:
+    /// `/health` reads the stores it does not have.
     fn served_by(&self, routes: Routes) -> bool {
-        routes == Routes::All || routes == self.family || self.path.starts_with("/health")
+        routes == Routes::All
+            || routes == self.family
+            || (routes != Routes::Live && self.path.starts_with("/health"))
     }
 }
 
@@ -108,8 +114,8 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
-        path: "/health/live",
-        family: Routes::Admin,
+        path: LIVE_PATH,
+        family: Routes::Live,
         access: Access::Open,
         handler: || get(live),
     },
@@ -205,12 +211,25 @@ pub fn router(app: App, routes: Routes) -> Router {
         // Two methods on one path merge into one method router.
         r = r.route(route.path, (route.handler)());
     }
+    with_fallbacks(r).with_state(app)
+}
+
+/// The liveness probe's path: unsigned in the API, served by the `live` function.
+pub const LIVE_PATH: &str = "/health/live";
+
+/// The `live` function's router: [`Routes::Live`]'s one route, which touches nothing, built
+/// without an [`App`], so the function reads no settings, no secret and opens no connection.
+pub fn live_router() -> Router {
+    with_fallbacks(Router::new().route(LIVE_PATH, get(live)))
+}
+
+/// What every router answers besides its routes, and the request log.
+fn with_fallbacks<S: Clone + Send + Sync + 'static>(r: Router<S>) -> Router<S> {
     r.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // JsonBody reads bodies itself, to BODY_LIMIT then draining to DRAIN_LIMIT.
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(log_request))
-        .with_state(app)
 }
 
 /// When the body of a request must have arrived, set by the local server
