@@ -746,6 +746,12 @@ CREATE INDEX redemption_by_status ON public.redemption USING btree (voucher_code
 CREATE INDEX redemption_reserved_expiry ON public.redemption USING btree (expires_at) WHERE (status = 1);
 
 --
+-- Name: voucher_flash_by_end; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX voucher_flash_by_end ON public.voucher USING btree (ends_at) WHERE flash_sale;
+
+--
 -- Name: voucher_in_gate; Type: INDEX; Schema: public; Owner: -
 --
 
