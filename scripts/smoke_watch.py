@@ -96,6 +96,10 @@ def scenario():
     if sorted(applied) != shipped:
         fail(f"migrate applied {applied}, the repository ships {shipped}")
     http("GET", "/health", expect=200)
+    # Served by the live function, which reads no settings.
+    _, live = http("GET", "/health/live", expect=200)
+    if live != {"status": "ok"}:
+        fail(f"liveness: {live}")
 
     voucher = {
         "code": "SMOKE-SALE",
