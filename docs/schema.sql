@@ -109,6 +109,21 @@ END;
 $$;
 
 --
+-- Name: fg_forget_idle_customer(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_forget_idle_customer() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM voucher_customer c
+     WHERE c.voucher_code = NEW.voucher_code AND c.customer_id = NEW.customer_id
+       AND c.active = 0;
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: fg_merge(text, text, bigint, smallint, bigint, bigint, timestamp with time zone, timestamp with time zone, text, timestamp with time zone, boolean); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -762,6 +777,12 @@ CREATE INDEX voucher_in_gate ON public.voucher USING btree (code) WHERE gate_loa
 --
 
 CREATE INDEX voucher_rules_superseded ON public.voucher_rules USING btree (superseded_at);
+
+--
+-- Name: voucher_customer voucher_customer_at_zero; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER voucher_customer_at_zero AFTER UPDATE OF active ON public.voucher_customer FOR EACH ROW WHEN ((new.active = 0)) EXECUTE FUNCTION public.fg_forget_idle_customer();
 
 --
 -- Name: voucher_slot voucher_slot_caps_sum; Type: TRIGGER; Schema: public; Owner: -

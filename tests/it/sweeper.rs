@@ -529,3 +529,57 @@ async fn superseded_rules_are_forgotten_after_two_weeks() {
     assert_eq!(kept, vec![2]);
     assert_eq!(app.app.sweeper().sweep().await.unwrap().rules_forgotten, 0);
 }
+
+/// A customer whose uses all came back (released or expired) leaves no counter row behind: the
+/// table holds the customers who hold a use, not every customer who ever had one. The next
+/// reserve of such a customer counts from zero again.
+#[tokio::test]
+async fn customers_whose_uses_came_back_leave_no_counter_row() {
+    let app = TestApp::spawn().await;
+    app.voucher(
+        "IDLE",
+        10,
+        json!({"reservationTtlSeconds": 1, "perUserLimit": 2}),
+    )
+    .await;
+    let counters = || async {
+        app.db
+            .query(
+                "SELECT customer_id, active FROM voucher_customer ORDER BY customer_id",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1)))
+            .collect::<Vec<_>>()
+    };
+    for (customer, order) in [(1, "a1"), (1, "a2"), (2, "b1"), (3, "c1")] {
+        assert_eq!(
+            app.reserve("IDLE", customer, order, 10).await.0,
+            StatusCode::CREATED
+        );
+    }
+    assert_eq!(counters().await, vec![(1, 2), (2, 1), (3, 1)]);
+    assert_eq!(app.release("IDLE", "a1").await.0, StatusCode::NO_CONTENT);
+    assert_eq!(app.confirm("IDLE", "b1").await.0, StatusCode::OK);
+    assert_eq!(counters().await, vec![(1, 1), (2, 1), (3, 1)]);
+    assert_eq!(app.release("IDLE", "a2").await.0, StatusCode::NO_CONTENT);
+    assert_eq!(counters().await, vec![(2, 1), (3, 1)]);
+    // c1 was never confirmed: it expires (a fixed wait: the clock passing its 1 s TTL).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(app.app.sweeper().sweep().await.unwrap().expired, 1);
+    assert_eq!(counters().await, vec![(2, 1)]);
+    // Customer 1 starts again from zero: two uses allowed, as before.
+    for order in ["a3", "a4"] {
+        assert_eq!(
+            app.reserve("IDLE", 1, order, 10).await.0,
+            StatusCode::CREATED
+        );
+    }
+    assert_eq!(
+        app.reserve("IDLE", 1, "a5", 10).await.0,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(counters().await, vec![(1, 2), (2, 1)]);
+}
