@@ -162,7 +162,14 @@ async fn soak(
         keys_after,
     );
     for table in ["voucher", "voucher_slot", "voucher_customer", "redemption"] {
-        println!("table {table}: {} bytes", table_size(pg, table).await?);
+        let rows: i64 = pg
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .await?
+            .get(0);
+        println!(
+            "table {table}: {rows} rows, {} bytes",
+            table_size(pg, table).await?
+        );
     }
     if keys_after != 0 {
         anyhow::bail!("{keys_after} keys of retired sales are still in Redis");
