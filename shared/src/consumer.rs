@@ -30,7 +30,9 @@ pub use crate::errors::ConsumeError;
 use crate::errors::StoreError;
 use crate::events::{Landing, ReservedEvent, Sink, EVENT_TYPE, EVENT_VERSION};
 use crate::gate::{Gate, Removal};
-use crate::store::{never_passes, Merge, MergeOutcome, Merged, Store, MERGE_BATCH_MAX};
+use crate::store::{
+    is_undefined_table, never_passes, Merge, MergeOutcome, Merged, Store, MERGE_BATCH_MAX,
+};
 use crate::telemetry::{emit_metrics, Chain, Unit};
 
 /// What one event did.
@@ -180,19 +182,44 @@ impl Consumer {
             .iter()
             .map(|(_, code, e)| (code.as_str(), e.rules_version))
             .collect();
-        let grants = self.store.grants(&asked).await?;
+        let grants = match self.store.grants(&asked).await {
+            Ok(grants) => grants,
+            // Deployed before `migrate` created the rules' history (V10): the events land
+            // unchecked, as before this check existed, rather than fail until migrate runs.
+            Err(e) if is_undefined_table(&e) => {
+                tracing::warn!(error = %Chain(&e), "events not checked: run migrate");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let now_ms = chrono::Utc::now().timestamp_millis();
         events.retain(|(i, code, e)| {
-            let refusal = match grants.at(code.as_str(), e.rules_version) {
-                None if grants.at(code.as_str(), None).is_none() => {
-                    Some(format!("code: unknown voucher {}", code.as_str()))
+            let code = code.as_str();
+            let claim = e.claim();
+            let refusal = if !grants.knows(code) {
+                Some(format!("code: unknown voucher {code}"))
+            } else if let Some(version) = e.rules_version {
+                match grants.at(code, version) {
+                    Some(rules) => rules.refusal(&claim, now_ms).map(|why| why.to_string()),
+                    None => Some(format!(
+                        "rulesVersion: voucher {code} has no version {version} kept (never \
+                         existed, or superseded longer ago than events are kept)"
+                    )),
                 }
-                None => Some(format!(
-                    "rulesVersion: voucher {} has no version {} kept (never existed, or \
-                     superseded longer ago than events are kept)",
-                    code.as_str(),
-                    e.rules_version.unwrap_or_default()
-                )),
-                Some(rules) => rules.refusal(&e.claim()).map(|why| why.to_string()),
+            } else {
+                // Sent before events carried the version: any kept rules that were in force
+                // then may have granted it; the current rules name the refusal.
+                let all = grants.all(code);
+                let refusals: Vec<_> = all.iter().map(|r| r.refusal(&claim, now_ms)).collect();
+                if refusals.iter().any(Option::is_none) {
+                    None
+                } else {
+                    refusals
+                        .into_iter()
+                        .flatten()
+                        .next()
+                        .map(|why| why.to_string())
+                }
             };
             match refusal {
                 Some(why) => {

@@ -404,8 +404,10 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
 
 /// The consumer lands a use only as the rules that granted it would have: each event is checked
 /// against the voucher's version the gate stamped on it, the current one or one a change
-/// superseded. A forged discount, an unknown version, a use while the voucher was paused or
-/// outside its window never land, and name their field.
+/// superseded shortly before. A forged discount, an unknown version, a use while the voucher was
+/// paused or outside its window, or under rules replaced long before it, never land, and name
+/// their field. An event without a version (sent before events carried one) lands if rules in
+/// force then would have granted it.
 #[tokio::test]
 async fn an_event_lands_only_as_the_rules_that_granted_it_would_have() {
     let app = TestApp::builder()
@@ -450,8 +452,8 @@ async fn an_event_lands_only_as_the_rules_that_granted_it_would_have() {
     outside.order_id = "outside".into();
     outside.reserved_at_ms = now - 86_400_000;
     outside.expires_at_ms = outside.reserved_at_ms + 60_000;
-    // Version 3: paused. A use stamped with it, or with no version (the current rules), was
-    // never granted.
+    // Version 3: paused. A use stamped with it was never granted; one without a version was
+    // granted by version 2, in force a moment ago.
     let (status, body) = app.patch_voucher("GRANT", json!({"active": false})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let mut paused = v2.clone();
@@ -484,14 +486,34 @@ async fn an_event_lands_only_as_the_rules_that_granted_it_would_have() {
         })
         .collect();
     assert_eq!(&reasons[..2], ["Applied", "Applied"], "{reasons:?}");
-    for (reason, field) in reasons[2..].iter().zip([
-        "discountAmount",
-        "rulesVersion",
-        "reservedAtMs",
-        "paused",
-        "paused",
-    ]) {
+    assert_eq!(reasons[6], "Applied", "{reasons:?}");
+    for (reason, field) in
+        reasons[2..6]
+            .iter()
+            .zip(["discountAmount", "rulesVersion", "reservedAtMs", "paused"])
+    {
         assert!(reason.contains(field), "{reason} should name {field}");
+    }
+
+    // Rules replaced an hour ago cannot grant a use made now: a forged event cannot pick the
+    // older, looser version (here 10 off where the rules now give 3).
+    app.db
+        .execute(
+            "UPDATE voucher_rules SET superseded_at = now() - interval '1 hour'
+              WHERE voucher_code = 'GRANT' AND version = 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut stale = v1.clone();
+    stale.order_id = "stale".into();
+    stale.customer_id = 3;
+    let answer = app.app.consumer().consume(&stale.to_json()).await;
+    match answer {
+        Err(shared::consumer::ConsumeError::Poison(why)) => {
+            assert!(why.contains("were replaced"), "{why}")
+        }
+        other => panic!("{other:?}"),
     }
     let rows: Vec<(String, i64)> = app
         .db
@@ -504,7 +526,39 @@ async fn an_event_lands_only_as_the_rules_that_granted_it_would_have() {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    assert_eq!(rows, vec![("v1".to_owned(), 10), ("v2".to_owned(), 3)]);
+    assert_eq!(
+        rows,
+        vec![
+            ("unstamped".to_owned(), 3),
+            ("v1".to_owned(), 10),
+            ("v2".to_owned(), 3)
+        ]
+    );
+}
+
+/// Code deployed before `migrate` created the rules' history (docs/DEPLOY.md: a release that
+/// uses its own migration at once) keeps landing events, unchecked as before, and keeps
+/// sweeping, instead of failing every batch until migrate runs.
+#[tokio::test]
+async fn events_land_unchecked_and_sweeps_run_until_migrate_creates_the_rules_history() {
+    let app = TestApp::builder()
+        .with_events(3)
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    app.voucher("EARLYDEPLOY", 5, json!({"flashSale": true}))
+        .await;
+    app.db
+        .batch_execute("DROP TABLE voucher_rules")
+        .await
+        .unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    let event = reserved_event("EARLYDEPLOY", 1, "o1", now);
+    let answer = app.app.consumer().consume(&event.to_json()).await;
+    assert_eq!(answer.unwrap(), Consumed::Applied);
+    assert_eq!(app.counts("EARLYDEPLOY").await.used_count, 1);
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.rules_forgotten, 0);
 }
 
 /// One batch, one transaction: a message Postgres rejects (its voucher does not exist) fails

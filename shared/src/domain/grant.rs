@@ -9,6 +9,16 @@ use chrono::DateTime;
 
 use super::{rfc3339, Discount, Invalid};
 
+/// How long after a change the gate may still grant under the rules it replaced: until the
+/// change's last gate step, or, when that step failed, until the next sweep brings the gate to
+/// the database's rules (a minute apart). A use stamped with superseded rules but made later than
+/// this was not granted by the gate: it would let a forged event pick the older, looser rules.
+pub const SUPERSEDED_GRACE_MS: i64 = 10 * 60 * 1000;
+
+/// How far ahead of the consumer's clock a reservation's instant may be (clocks of different
+/// hosts): a use made later than that was not made yet.
+pub const CLOCK_SKEW_MS: i64 = 60 * 1000;
+
 /// One version of a voucher's rules that decide a use, and the voucher's reservation TTL (which
 /// no change alters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +30,8 @@ pub struct GrantRules {
     pub ends_at_ms: i64,
     pub active: bool,
     pub ttl_ms: i64,
+    /// When a change replaced these rules (None: they are the voucher's current ones).
+    pub superseded_at_ms: Option<i64>,
 }
 
 /// What an event says was granted.
@@ -32,13 +44,31 @@ pub struct Claim {
 }
 
 impl GrantRules {
-    /// Why these rules would not have granted `claim`, naming the event's field at fault, or
-    /// None. The gate decides with the same rules at the instant it stamps as `reservedAtMs`,
-    /// in the same order (lua/rules.lua), so a use it granted always passes.
-    pub fn refusal(&self, claim: &Claim) -> Option<Invalid> {
+    /// Why these rules would not have granted `claim` by `now_ms`, naming the event's field at
+    /// fault, or None. The gate decides with the same rules at the instant it stamps as
+    /// `reservedAtMs`, in the same order (lua/rules.lua), so a use it granted always passes.
+    pub fn refusal(&self, claim: &Claim, now_ms: i64) -> Option<Invalid> {
         let at =
             |ms: i64| DateTime::from_timestamp_millis(ms).map_or_else(|| ms.to_string(), rfc3339);
         let v = self.version;
+        if claim.reserved_ms > now_ms.saturating_add(CLOCK_SKEW_MS) {
+            return Some(Invalid::new(
+                "reservedAtMs",
+                format!("{} has not come yet", at(claim.reserved_ms)),
+            ));
+        }
+        if let Some(replaced) = self.superseded_at_ms {
+            if claim.reserved_ms > replaced.saturating_add(SUPERSEDED_GRACE_MS) {
+                return Some(Invalid::new(
+                    "reservedAtMs",
+                    format!(
+                        "{} is after rules version {v} were replaced, at {}",
+                        at(claim.reserved_ms),
+                        at(replaced)
+                    ),
+                ));
+            }
+        }
         if !self.active {
             return Some(Invalid::new(
                 "reservedAtMs",
@@ -107,8 +137,11 @@ mod tests {
             ends_at_ms: T0 + 3_600_000,
             active: true,
             ttl_ms: 900_000,
+            superseded_at_ms: None,
         }
     }
+
+    const NOW: i64 = T0 + 7_200_000;
 
     fn claim() -> Claim {
         Claim {
@@ -120,27 +153,36 @@ mod tests {
     }
 
     fn field(r: &GrantRules, c: Claim) -> Option<&'static str> {
-        r.refusal(&c).map(|e| e.field)
+        r.refusal(&c, NOW).map(|e| e.field)
     }
 
     #[test]
     fn what_the_gate_grants_passes() {
-        assert_eq!(rules().refusal(&claim()), None);
+        assert_eq!(rules().refusal(&claim(), NOW), None);
         let capped = Claim {
             order_amount: 10_000,
             discount: 50,
             ..claim()
         };
-        assert_eq!(rules().refusal(&capped), None);
+        assert_eq!(rules().refusal(&capped, NOW), None);
         let at_the_start = Claim {
             reserved_ms: T0,
             expires_ms: T0 + 60_000,
             ..claim()
         };
         assert_eq!(
-            rules().refusal(&at_the_start),
+            rules().refusal(&at_the_start, NOW),
             None,
             "a shorter hold is fine"
+        );
+        let replaced_just_after = GrantRules {
+            superseded_at_ms: Some(claim().reserved_ms - SUPERSEDED_GRACE_MS),
+            ..rules()
+        };
+        assert_eq!(
+            replaced_just_after.refusal(&claim(), NOW),
+            None,
+            "the gate may still hold the replaced rules for a while"
         );
     }
 
@@ -175,11 +217,29 @@ mod tests {
             ..claim()
         };
         assert_eq!(field(&r, long), Some("expiresAtMs"));
+        let future = Claim {
+            reserved_ms: NOW + CLOCK_SKEW_MS + 1,
+            expires_ms: NOW + CLOCK_SKEW_MS + 2,
+            ..claim()
+        };
+        assert_eq!(field(&r, future), Some("reservedAtMs"), "not made yet");
+        let replaced_long_before = GrantRules {
+            superseded_at_ms: Some(claim().reserved_ms - SUPERSEDED_GRACE_MS - 1),
+            ..r
+        };
+        assert_eq!(
+            field(&replaced_long_before, claim()),
+            Some("reservedAtMs"),
+            "a forged event cannot pick rules replaced long before its use"
+        );
         let msg = r
-            .refusal(&Claim {
-                discount: 300,
-                ..claim()
-            })
+            .refusal(
+                &Claim {
+                    discount: 300,
+                    ..claim()
+                },
+                NOW,
+            )
             .unwrap()
             .to_string();
         assert!(

@@ -35,7 +35,8 @@ use deadpool_postgres::Pool;
 
 pub use gate_source::GateSource;
 pub use merge::{
-    is_unknown_voucher, never_passes, Merge, MergeOutcome, Merged, RowFacts, MERGE_BATCH_MAX,
+    is_undefined_table, is_unknown_voucher, never_passes, Merge, MergeOutcome, Merged, RowFacts,
+    MERGE_BATCH_MAX,
 };
 pub use sweeps::{Expired, LiveFlashVoucher};
 pub use vouchers::{Grants, PatchOutcome, VoucherKind, VoucherState};

@@ -28,7 +28,8 @@ pub struct VoucherState {
 }
 
 /// The rules some events were granted under: each voucher's current rules, and the earlier
-/// versions asked for that `voucher_rules` still keeps.
+/// versions that `voucher_rules` still keeps among those asked for (every kept one of a voucher
+/// asked for without a version).
 #[derive(Debug, Default)]
 pub struct Grants {
     current: HashMap<String, GrantRules>,
@@ -36,15 +37,32 @@ pub struct Grants {
 }
 
 impl Grants {
-    /// The rules of `code` at `version` (None: the current ones). None: no such voucher, or no
-    /// such version kept (never existed, or superseded longer ago than events are kept).
-    pub fn at(&self, code: &str, version: Option<i64>) -> Option<&GrantRules> {
+    /// Whether the voucher exists.
+    pub fn knows(&self, code: &str) -> bool {
+        self.current.contains_key(code)
+    }
+
+    /// The rules of `code` at `version`. None: no such voucher, or no such version kept (never
+    /// existed, or superseded longer ago than events are kept).
+    pub fn at(&self, code: &str, version: i64) -> Option<&GrantRules> {
         let current = self.current.get(code)?;
-        match version {
-            None => Some(current),
-            Some(v) if v == current.version => Some(current),
-            Some(v) => self.past.get(&(code.to_owned(), v)),
+        if version == current.version {
+            return Some(current);
         }
+        self.past.get(&(code.to_owned(), version))
+    }
+
+    /// Every kept version of `code`, the current one first: what an event without a version
+    /// (sent before events carried one) may have been granted under.
+    pub fn all(&self, code: &str) -> Vec<&GrantRules> {
+        let mut all: Vec<&GrantRules> = self.current.get(code).into_iter().collect();
+        all.extend(
+            self.past
+                .iter()
+                .filter(|((c, _), _)| c == code)
+                .map(|(_, rules)| rules),
+        );
+        all
     }
 }
 
@@ -296,15 +314,18 @@ impl Store {
             .query_typed(
                 "SELECT v.code, v.version, v.discount_amount, v.discount_percent,
                         v.max_discount_amount, v.min_order_amount, v.starts_at, v.ends_at,
-                        v.active, v.reservation_ttl_seconds, true AS current
+                        v.active, v.reservation_ttl_seconds, NULL::timestamptz AS superseded_at
                    FROM voucher v WHERE v.code = ANY($1)
                  UNION ALL
                  SELECT h.voucher_code, h.version, h.discount_amount, h.discount_percent,
                         h.max_discount_amount, h.min_order_amount, h.starts_at, h.ends_at,
-                        h.active, v.reservation_ttl_seconds, false
+                        h.active, v.reservation_ttl_seconds, h.superseded_at
                    FROM voucher_rules h JOIN voucher v ON v.code = h.voucher_code
                   WHERE (h.voucher_code, h.version) IN
-                        (SELECT * FROM unnest($1::text[], $2::int8[]))",
+                        (SELECT * FROM unnest($1::text[], $2::int8[]))
+                     OR h.voucher_code IN
+                        (SELECT c FROM unnest($1::text[], $2::int8[]) AS a(c, v)
+                          WHERE v IS NULL)",
                 &[(&codes, Type::TEXT_ARRAY), (&versions, Type::INT8_ARRAY)],
             )
             .await?;
@@ -323,13 +344,15 @@ impl Store {
                 ends_at_ms: at("ends_at"),
                 active: row.get("active"),
                 ttl_ms: i64::from(row.get::<_, i32>("reservation_ttl_seconds")) * 1000,
+                superseded_at_ms: row
+                    .get::<_, Option<DateTime<Utc>>>("superseded_at")
+                    .map(|t| t.timestamp_millis()),
             };
             let code: String = row.get("code");
-            if row.get("current") {
-                grants.current.insert(code, rules);
-            } else {
-                grants.past.insert((code, rules.version), rules);
-            }
+            match rules.superseded_at_ms {
+                None => grants.current.insert(code, rules),
+                Some(_) => grants.past.insert((code, rules.version), rules),
+            };
         }
         Ok(grants)
     }

@@ -142,13 +142,19 @@ impl Sweeper {
             }
         }
         self.warm_up_soon(now, &mut report).await?;
-        report.rules_forgotten = self
+        report.rules_forgotten = match self
             .store
             .forget_rules(
                 now - chrono::TimeDelta::from_std(RULES_KEPT).expect("14 days"),
                 FORGET_BATCH,
             )
-            .await?;
+            .await
+        {
+            Ok(n) => n,
+            // Deployed before `migrate` created the table (V10): nothing to forget yet.
+            Err(e) if crate::store::is_undefined_table(&e) => 0,
+            Err(e) => return Err(e.into()),
+        };
 
         report.duration_ms = started.elapsed().as_millis() as u64;
         tracing::info!(

@@ -69,6 +69,13 @@ impl Sweeper {
         if in_flight > 0 {
             return Ok(());
         }
+        // Act only on figures that hold still. During a sale the gate counts a use a moment
+        // before Postgres does (and `in_flight` was read before the counts): what looks like
+        // drift there is a reserve on its way, and must neither be repaired nor start a walk
+        // through the orders.
+        if !self.holds_still(code, &reading).await? {
+            return Ok(());
+        }
         // Fewer uses left in the gate than in Postgres: the gate may hold an order that
         // Postgres released (a release whose gate step failed, or is on its way). Each is
         // finished here (a tombstone makes the other one's step find ALREADY, so the use comes
@@ -77,10 +84,10 @@ impl Sweeper {
         if reading.gate.remaining < expected && self.finish_releases(code, report).await? {
             return Ok(());
         }
-        // Repair only figures that hold still: read again, then compare-and-set in Redis, which
-        // also checks that no reserve, release or change of the limit came in between.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if self.read(code).await?.as_ref() != Some(&reading) {
+        // The walk took time: the figures must still be those read. Then compare-and-set in
+        // Redis, which also checks that no reserve, release or change of the limit came in
+        // between.
+        if !self.holds_still(code, &reading).await? {
             return Ok(());
         }
         let repaired = self
@@ -97,6 +104,12 @@ impl Sweeper {
             );
         }
         Ok(())
+    }
+
+    /// Whether the figures read a moment later are still `reading`.
+    async fn holds_still(&self, code: &VoucherCode, reading: &Reading) -> Result<bool, SweepError> {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok(self.read(code).await?.as_ref() == Some(reading))
     }
 
     /// Walks the voucher's orders in bounded steps and finishes in the gate every release
