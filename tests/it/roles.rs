@@ -107,8 +107,8 @@ async fn grants(db: &tokio_postgres::Client, role: &str) -> Vec<String> {
     .collect()
 }
 
-/// What the service needs, from the catalog: CONNECT, USAGE on the schema, read and write on
-/// every table but the migrations' history, USAGE and SELECT on every sequence, EXECUTE on
+/// What the service needs, from the catalog: CONNECT, USAGE on the schema, read, insert and
+/// update on every table but the migrations' history, delete on the two it deletes from, USAGE and SELECT on every sequence, EXECUTE on
 /// every function.
 async fn the_services_grants(db: &tokio_postgres::Client) -> Vec<String> {
     db.query(
@@ -120,6 +120,7 @@ async fn the_services_grants(db: &tokio_postgres::Client) -> Vec<String> {
                FROM pg_class, unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p
               WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p', 'v')
                 AND relname <> 'refinery_schema_history'
+                AND (p <> 'DELETE' OR relname IN ('voucher_customer', 'voucher_rules'))
              UNION ALL
              SELECT 'sequence ' || relname, p
                FROM pg_class, unnest(ARRAY['USAGE', 'SELECT']) AS p
@@ -242,6 +243,9 @@ async fn the_application_role_cannot_change_the_schema() {
         "SET ROLE postgres".to_owned(),
         "SELECT * FROM refinery_schema_history".to_owned(),
         "DELETE FROM refinery_schema_history".to_owned(),
+        "DELETE FROM redemption".to_owned(),
+        "DELETE FROM voucher".to_owned(),
+        "CREATE TEMP TABLE intruder (id int)".to_owned(),
     ] {
         let err = session
             .batch_execute(&statement)

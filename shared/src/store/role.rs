@@ -20,6 +20,11 @@ use tokio_postgres::types::Type;
 use crate::config::DatabaseCredentials;
 use crate::errors::StoreError;
 
+/// The tables the service deletes rows from: customer counters back at zero (the V12 trigger
+/// runs as the caller) and rules no event can still need (the sweeper). Every other table is
+/// only read, inserted and updated.
+pub const DELETES_FROM: &[&str] = &["voucher_customer", "voucher_rules"];
+
 /// Creates or updates the role and makes its privileges exactly the service's, in one
 /// transaction: a function logging in meanwhile sees the old grants or the new, never none.
 /// Runs on the migrator's session, under its advisory lock. (That lock is the database's; two
@@ -108,6 +113,11 @@ pub(super) async fn provision(
     tx.batch_execute(&login).await?;
 
     let (db, s) = (escape_identifier(&database), escape_identifier(&schema));
+    let deletes = DELETES_FROM
+        .iter()
+        .map(|t| format!("{s}.{}", escape_identifier(t)))
+        .collect::<Vec<_>>()
+        .join(", ");
     tx.batch_execute(&format!(
         "REVOKE ALL ON DATABASE {db} FROM {r};
          GRANT CONNECT ON DATABASE {db} TO {r};
@@ -117,7 +127,11 @@ pub(super) async fn provision(
          -- the public schema. The owner, the migrator, keeps CREATE.
          REVOKE CREATE ON SCHEMA {s} FROM PUBLIC;
          REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM {r};
-         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {r};
+         GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {r};
+         -- DELETE only where the service deletes: an injection cannot erase the records.
+         GRANT DELETE ON TABLE {deletes} TO {r};
+         -- Nor keep tables of its own, even temporary ones (the owner keeps TEMP).
+         REVOKE TEMPORARY ON DATABASE {db} FROM PUBLIC;
          -- The migrations' own record: the service never reads it.
          REVOKE ALL ON TABLE {s}.refinery_schema_history FROM {r};
          REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM {r};
