@@ -210,15 +210,10 @@ impl Consumer {
                 // Sent before events carried the version: any kept rules that were in force
                 // then may have granted it; the current rules name the refusal.
                 let all = grants.all(code);
-                let refusals: Vec<_> = all.iter().map(|r| r.refusal(&claim, now_ms)).collect();
-                if refusals.iter().any(Option::is_none) {
+                if all.iter().any(|r| r.refusal(&claim, now_ms).is_none()) {
                     None
                 } else {
-                    refusals
-                        .into_iter()
-                        .flatten()
-                        .next()
-                        .map(|why| why.to_string())
+                    all[0].refusal(&claim, now_ms).map(|why| why.to_string())
                 }
             };
             match refusal {

@@ -31,7 +31,7 @@ pub const EVENT_VERSION: u32 = 1;
 
 /// `voucher-reserved`, version 1: everything the consumer needs to write the row, and the
 /// voucher's version whose rules granted the use (`rulesVersion`, a field added within version 1:
-/// an event without it is checked against the voucher's current rules).
+/// an event without it lands if any kept version of the rules would have granted it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReservedEvent {

@@ -2,10 +2,10 @@
 //! (`APP_DATABASE_SECRET_ARN`, docs/DEPLOY.md "Database logins").
 //!
 //! `migrate` creates it, or sets its password to the secret's, and grants it exactly what the
-//! service does: connect, use the schema, read and write the service's tables, use their
-//! sequences, call the `fg_*` functions. It owns nothing and may create nothing, so a bug or an
-//! injection in the request path cannot change the schema, and the migrations' history is out
-//! of its reach.
+//! service does: connect, use the schema, read, insert and update the service's tables (delete
+//! only where it deletes, [`DELETES_FROM`]), use their sequences, call the `fg_*` functions. It
+//! owns nothing and may create nothing, so a bug or an injection in the request path cannot
+//! change the schema nor erase a record, and the migrations' history is out of its reach.
 //!
 //! The grants are made again on every run rather than left to default privileges: `migrate`
 //! runs after each deploy, and a release never uses a table or function its own migration adds

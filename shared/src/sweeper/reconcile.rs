@@ -81,15 +81,17 @@ impl Sweeper {
         // finished here (a tombstone makes the other one's step find ALREADY, so the use comes
         // back once), and nothing is repaired in this run: counted as held now, that use would
         // be given back twice.
-        if reading.gate.remaining < expected && self.finish_releases(code, report).await? {
-            return Ok(());
+        if reading.gate.remaining < expected {
+            if self.finish_releases(code, report).await? {
+                return Ok(());
+            }
+            // The walk took time: the figures must still be those read.
+            if !self.holds_still(code, &reading).await? {
+                return Ok(());
+            }
         }
-        // The walk took time: the figures must still be those read. Then compare-and-set in
-        // Redis, which also checks that no reserve, release or change of the limit came in
-        // between.
-        if !self.holds_still(code, &reading).await? {
-            return Ok(());
-        }
+        // Compare-and-set in Redis, which also checks that no reserve, release or change of
+        // the limit came in since the figures were read.
         let repaired = self
             .gate
             .repair_remaining(code, reading.gate, reading.expected, reading.version)
