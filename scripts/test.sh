@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-./scripts/services.sh cluster sqs kafka fauxqs
+./scripts/services.sh cluster sqs kafka fauxqs browser
 
 # Each test creates its own database named fg_test_*; drop those left by earlier runs.
 if command -v psql >/dev/null 2>&1; then

@@ -61,6 +61,8 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&warmed)?);
         }
         Command::Serve { host } => {
+            // Before anything records: `GET /metrics` shows what this process saw.
+            telemetry::prometheus::install();
             app.prepare_database()
                 .await
                 .context("migrate before serving")?;

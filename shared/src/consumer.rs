@@ -33,7 +33,7 @@ use crate::gate::{Gate, Removal};
 use crate::store::{
     is_undefined_table, never_passes, Merge, MergeOutcome, Merged, Store, MERGE_BATCH_MAX,
 };
-use crate::telemetry::{emit_metrics, Chain, Unit};
+use crate::telemetry::{self, Chain};
 
 /// What one event did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +46,18 @@ pub enum Consumed {
     Revoked,
     /// The orderId holds this voucher for another customer in Postgres.
     Conflict,
+}
+
+impl Consumed {
+    /// Its `outcome` label on `flashgate_events_landed_total`.
+    fn label(self) -> &'static str {
+        match self {
+            Consumed::Applied => "applied",
+            Consumed::Unchanged => "unchanged",
+            Consumed::Revoked => "revoked",
+            Consumed::Conflict => "conflict",
+        }
+    }
 }
 
 /// The consumer: the store and the gate, nothing else.
@@ -168,6 +180,7 @@ impl Consumer {
                 Err(_) => Err(ConsumeError::Panicked),
             };
         }
+        record_landed(&events, &answers);
         answers
     }
 
@@ -268,7 +281,7 @@ impl Consumer {
             alert = "REVOKED",
             "Postgres refused a use the gate granted; stored RELEASED/REVOKED"
         );
-        emit_metrics("consumer", &[("Revoked", Unit::Count, 1)]);
+        metrics::counter!(telemetry::metrics::REVOKED).increment(1);
         // A tombstone, and the use does not come back: the gate had one too many.
         if let Err(err) = self
             .gate
@@ -277,6 +290,22 @@ impl Consumer {
         {
             tracing::warn!(code = %e.code, order_id = %e.order_id, error = %Chain(&err), "gate revoke failed");
         }
+    }
+}
+
+/// The batch's metrics: events landed by outcome, and how old its oldest event was when it
+/// landed (one sample a batch: the lag a sale's consumer runs behind).
+fn record_landed(
+    events: &[(usize, VoucherCode, ReservedEvent)],
+    answers: &[Result<Consumed, ConsumeError>],
+) {
+    for answer in answers.iter().flatten() {
+        metrics::counter!(telemetry::metrics::EVENTS_LANDED, "outcome" => answer.label())
+            .increment(1);
+    }
+    if let Some(oldest) = events.iter().map(|(_, _, e)| e.reserved_at_ms).min() {
+        let lag_ms = chrono::Utc::now().timestamp_millis() - oldest;
+        metrics::histogram!(telemetry::metrics::EVENT_LAG).record(lag_ms.max(0) as f64 / 1000.0);
     }
 }
 

@@ -12,6 +12,7 @@ mod kafka;
 mod lambda;
 mod lattice;
 mod lifecycle;
+mod observe;
 mod properties;
 mod roles;
 mod schema;

@@ -39,6 +39,9 @@ pub struct VoucherView {
     pub confirmed_count: i64,
     /// Uses a gate granted that Postgres refused (only after the gate lost data; mode B).
     pub revoked_count: i64,
+    /// Uses the gate granted whose events have not landed yet (mode B), counted in
+    /// `used_count` and `reserved_count` already: what a sale still owes Postgres.
+    pub in_flight_count: i64,
 }
 
 /// The 200 of `POST /vouchers/{code}/validations`: a reserve now would be granted this discount.

@@ -25,6 +25,7 @@ use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{Claim, Held, Reserve, VoucherCode};
+use crate::telemetry::metrics::{timed, Dependency};
 
 pub const EVENT_TYPE: &str = "voucher-reserved";
 pub const EVENT_VERSION: u32 = 1;
@@ -118,13 +119,15 @@ impl EventError {
     }
 }
 
-/// `f`, or [`EventError::Timeout`] once `limit` has passed.
+/// `f`, or [`EventError::Timeout`] once `limit` has passed; timed as the broker's `call`
+/// (`telemetry::metrics`).
 pub(crate) async fn bounded<T>(
     broker: &'static str,
+    call: &'static str,
     limit: Duration,
     f: impl Future<Output = Result<T, EventError>>,
 ) -> Result<T, EventError> {
-    tokio::time::timeout(limit, f)
+    timed(Dependency::Broker, call, tokio::time::timeout(limit, f))
         .await
         .map_err(|_| EventError::Timeout(broker, limit))?
 }

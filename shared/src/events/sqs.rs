@@ -18,7 +18,7 @@ use tokio::sync::OnceCell;
 
 use super::{bounded, EventError, Landing, ReservedEvent, Sink, Transport};
 use crate::domain::VoucherCode;
-use crate::telemetry::{emit_metrics, Chain, Unit};
+use crate::telemetry::{self, Chain};
 
 const BROKER: &str = "SQS";
 
@@ -96,7 +96,7 @@ impl Sqs {
             .build()
             .map_err(sqs("SendMessage"))?;
         let client = self.client().await;
-        bounded(BROKER, self.timeout, async {
+        bounded(BROKER, "dead_letter", self.timeout, async {
             let mut req = client
                 .send_message()
                 .queue_url(url)
@@ -126,7 +126,7 @@ impl Sqs {
     async fn send_message(&self, event: &ReservedEvent) -> Result<(), EventError> {
         let body = event.to_json();
         let client = self.client().await;
-        bounded(BROKER, self.timeout, async {
+        bounded(BROKER, "publish", self.timeout, async {
             let mut req = client
                 .send_message()
                 .queue_url(&self.queue_url)
@@ -161,7 +161,7 @@ impl Sqs {
 
     /// Messages queued or being processed, for any voucher.
     pub async fn queue_depth(&self) -> Result<u64, EventError> {
-        bounded(BROKER, self.timeout, async {
+        bounded(BROKER, "queue_depth", self.timeout, async {
             let out = self
                 .client()
                 .await
@@ -296,7 +296,7 @@ pub async fn handle_batch(
                 match sent {
                     Ok(true) => {
                         tracing::warn!(message_id = %id, error = %why, "event to the dead-letter queue");
-                        emit_metrics("consumer", &[("DeadLettered", Unit::Count, 1)]);
+                        metrics::counter!(telemetry::metrics::DEAD_LETTERED).increment(1);
                         continue;
                     }
                     Ok(false) => why,

@@ -21,6 +21,7 @@ use redis::{Cmd, FromRedisValue, Script, ScriptInvocation};
 
 use crate::config::RedisSettings;
 use crate::domain::{Held, ReserveOutcome, VoucherCode};
+use crate::telemetry::metrics::{timed, Dependency};
 use conn::Connector;
 pub use keys::Keys;
 pub use meta::GateMeta;
@@ -235,15 +236,20 @@ impl Gate {
         Keys::new(&self.prefix, code)
     }
 
-    /// `call`, or [`GateError::Timeout`] once the gate's timeout has passed: a dead Redis
-    /// answers within it, never a hang.
+    /// `f`, or [`GateError::Timeout`] once the gate's timeout has passed: a dead Redis
+    /// answers within it, never a hang. Timed as the gate's `call` (`telemetry::metrics`).
     async fn bounded<T>(
         &self,
-        call: impl Future<Output = Result<T, GateError>>,
+        call: &'static str,
+        f: impl Future<Output = Result<T, GateError>>,
     ) -> Result<T, GateError> {
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .map_err(|_| GateError::Timeout(self.timeout))?
+        timed(
+            Dependency::Gate,
+            call,
+            tokio::time::timeout(self.timeout, f),
+        )
+        .await
+        .map_err(|_| GateError::Timeout(self.timeout))?
     }
 
     /// Runs a script on a connection, within the gate's timeout (making the connection
@@ -257,9 +263,10 @@ impl Gate {
     /// a 503. The patch, which adds a delta, goes through [`Gate::invoke_once`].
     async fn invoke<T: FromRedisValue>(
         &self,
+        call: &'static str,
         script: &ScriptInvocation<'_>,
     ) -> Result<T, GateError> {
-        self.bounded(async {
+        self.bounded(call, async {
             let mut c = self.redis.conn().await?;
             match script.invoke_async(&mut c).await {
                 Err(e) if e.is_connection_dropped() => {
@@ -275,9 +282,10 @@ impl Gate {
     /// [`Gate::invoke`] without the second try, for a script that must not run twice.
     async fn invoke_once<T: FromRedisValue>(
         &self,
+        call: &'static str,
         script: &ScriptInvocation<'_>,
     ) -> Result<T, GateError> {
-        self.bounded(async {
+        self.bounded(call, async {
             let mut c = self.redis.conn().await?;
             Ok(script.invoke_async(&mut c).await?)
         })
@@ -287,8 +295,12 @@ impl Gate {
     /// Runs one command on a connection, within the gate's timeout (making the connection
     /// included), and once more on a dropped connection (see [`Gate::invoke`]; every command
     /// here is a read, a set, a removal, or a lock taken only if free).
-    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, GateError> {
-        self.bounded(async {
+    async fn query<T: FromRedisValue>(
+        &self,
+        call: &'static str,
+        cmd: &Cmd,
+    ) -> Result<T, GateError> {
+        self.bounded(call, async {
             let mut c = self.redis.conn().await?;
             match cmd.query_async(&mut c).await {
                 Err(e) if e.is_connection_dropped() => {
@@ -312,6 +324,7 @@ impl Gate {
         let k = self.keys(code);
         let reply: Vec<String> = self
             .invoke(
+                "reserve",
                 self.reserve
                     .key(&k.meta)
                     .key(&k.remaining)
@@ -339,6 +352,7 @@ impl Gate {
         let k = self.keys(code);
         let reply: Vec<String> = self
             .invoke(
+                "validate",
                 self.validate
                     .key(&k.meta)
                     .key(&k.remaining)
@@ -368,6 +382,7 @@ impl Gate {
         let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
         let reply: String = self
             .invoke(
+                "remove",
                 self.release
                     .key(&k.remaining)
                     .key(&k.users)
@@ -406,6 +421,7 @@ impl Gate {
         let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
         let reply: Vec<String> = self
             .invoke(
+                "lookup",
                 self.lookup
                     .key(&k.orders)
                     .key(&k.users)
@@ -452,6 +468,7 @@ impl Gate {
         let k = self.keys(code);
         let reply: String = self
             .invoke(
+                "retire",
                 self.retire
                     .key(&k.meta)
                     .key(&k.remaining)
@@ -480,7 +497,10 @@ impl Gate {
         const LOST_TTL: Duration = Duration::from_secs(600);
         let k = self.keys(code);
         let ms: i64 = self
-            .invoke(self.lost.key(&k.lost).arg(LOST_TTL.as_millis() as u64))
+            .invoke(
+                "lost_for",
+                self.lost.key(&k.lost).arg(LOST_TTL.as_millis() as u64),
+            )
             .await?;
         Ok(Duration::from_millis(ms.max(0) as u64))
     }
@@ -495,7 +515,10 @@ impl Gate {
     ) -> Result<Option<Duration>, GateError> {
         let k = self.keys(code);
         let ms: i64 = self
-            .invoke(self.trust.key(&k.meta).arg("notice").arg(replid))
+            .invoke(
+                "suspect_for",
+                self.trust.key(&k.meta).arg("notice").arg(replid),
+            )
             .await?;
         Ok(u64::try_from(ms).ok().map(Duration::from_millis))
     }
@@ -506,7 +529,10 @@ impl Gate {
     pub async fn trust_again(&self, code: &VoucherCode, replid: &str) -> Result<bool, GateError> {
         let k = self.keys(code);
         let trusted: i64 = self
-            .invoke(self.trust.key(&k.meta).arg("trust").arg(replid))
+            .invoke(
+                "trust_again",
+                self.trust.key(&k.meta).arg("trust").arg(replid),
+            )
             .await?;
         Ok(trusted == 1)
     }
@@ -521,6 +547,7 @@ impl Gate {
         let k = self.keys(code);
         let oldest: Vec<(String, i64)> = self
             .query(
+                "pending",
                 redis::cmd("ZRANGE")
                     .arg(&k.pending)
                     .arg(0)
@@ -532,7 +559,9 @@ impl Gate {
             let all = oldest.len();
             return Ok((oldest, all));
         }
-        let all: usize = self.query(redis::cmd("ZCARD").arg(&k.pending)).await?;
+        let all: usize = self
+            .query("pending", redis::cmd("ZCARD").arg(&k.pending))
+            .await?;
         Ok((oldest, all.max(PENDING_STEP)))
     }
 
@@ -541,7 +570,7 @@ impl Gate {
     pub async fn counts(&self, code: &VoucherCode) -> Result<Option<GateCounts>, GateError> {
         let k = self.keys(code);
         let reply: Vec<String> = self
-            .invoke(self.counts.key(&k.remaining).key(&k.orders))
+            .invoke("counts", self.counts.key(&k.remaining).key(&k.orders))
             .await?;
         parse_counts(&reply)
     }
@@ -555,7 +584,10 @@ impl Gate {
     ) -> Result<ScanStep, GateError> {
         let k = self.keys(code);
         let reply: Vec<String> = self
-            .invoke(self.scan.key(&k.orders).arg(cursor).arg(SCAN_STEP))
+            .invoke(
+                "scan_actives",
+                self.scan.key(&k.orders).arg(cursor).arg(SCAN_STEP),
+            )
             .await?;
         parse_scan(&reply)
     }
@@ -573,6 +605,7 @@ impl Gate {
         let k = self.keys(code);
         let done: i64 = self
             .invoke(
+                "repair_remaining",
                 self.repair
                     .key(&k.remaining)
                     .key(&k.pending)
@@ -591,7 +624,7 @@ impl Gate {
     /// The order was written to Postgres: it is no longer pending.
     pub async fn settled(&self, code: &VoucherCode, order_id: &str) -> Result<(), GateError> {
         let k = self.keys(code);
-        self.query::<i64>(redis::cmd("ZREM").arg(&k.pending).arg(order_id))
+        self.query::<i64>("settled", redis::cmd("ZREM").arg(&k.pending).arg(order_id))
             .await?;
         Ok(())
     }
@@ -624,7 +657,7 @@ impl Gate {
         for (customer, active) in users {
             inv.arg(customer).arg(active);
         }
-        let loaded: i64 = self.invoke(&inv).await?;
+        let loaded: i64 = self.invoke("load", &inv).await?;
         Ok(loaded == 1)
     }
 
@@ -644,6 +677,7 @@ impl Gate {
         // not run again.
         let reply: String = self
             .invoke_once(
+                "patch",
                 self.patch
                     .key(&k.meta)
                     .key(&k.remaining)
@@ -663,6 +697,7 @@ impl Gate {
         let fields = meta_args(meta);
         let wrote: i64 = self
             .invoke(
+                "sync_meta",
                 self.sync
                     .key(&k.meta)
                     .key(&k.loading)
@@ -676,12 +711,14 @@ impl Gate {
     /// Is the gate lock (`loading`) held by anyone?
     pub async fn is_locked(&self, code: &VoucherCode) -> Result<bool, GateError> {
         let k = self.keys(code);
-        self.query(redis::cmd("EXISTS").arg(&k.loading)).await
+        self.query("is_locked", redis::cmd("EXISTS").arg(&k.loading))
+            .await
     }
 
     pub async fn is_loaded(&self, code: &VoucherCode) -> Result<bool, GateError> {
         let k = self.keys(code);
-        self.query(redis::cmd("EXISTS").arg(&k.meta)).await
+        self.query("is_loaded", redis::cmd("EXISTS").arg(&k.meta))
+            .await
     }
 
     /// `SET loading token NX PX ttl`: true when this caller may load the voucher.
@@ -694,6 +731,7 @@ impl Gate {
         let k = self.keys(code);
         let set: Option<String> = self
             .query(
+                "try_lock_loading",
                 redis::cmd("SET")
                     .arg(&k.loading)
                     .arg(token)
@@ -710,17 +748,22 @@ impl Gate {
     /// deleted the lock.
     pub async fn unlock_loading(&self, code: &VoucherCode, token: &str) -> Result<bool, GateError> {
         let k = self.keys(code);
-        let deleted: i64 = self.invoke(self.unlock.key(&k.loading).arg(token)).await?;
+        let deleted: i64 = self
+            .invoke("unlock_loading", self.unlock.key(&k.loading).arg(token))
+            .await?;
         Ok(deleted == 1)
     }
 
     /// Uses left according to the gate (None: not loaded).
     pub async fn remaining(&self, code: &VoucherCode) -> Result<Option<i64>, GateError> {
         let k = self.keys(code);
-        self.query(redis::cmd("GET").arg(&k.remaining)).await
+        self.query("remaining", redis::cmd("GET").arg(&k.remaining))
+            .await
     }
 
     pub async fn ping(&self) -> bool {
-        self.query::<String>(&redis::cmd("PING")).await.is_ok()
+        self.query::<String>("ping", &redis::cmd("PING"))
+            .await
+            .is_ok()
     }
 }

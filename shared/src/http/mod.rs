@@ -13,11 +13,12 @@ pub mod access;
 mod declared_routes;
 pub mod error;
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Query, Request, State};
 use axum::http::{header, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -25,6 +26,7 @@ use axum::routing::{delete, get, patch, post, MethodRouter};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use tracing::Instrument as _;
 
 pub use self::access::Access;
 use crate::app::App;
@@ -33,6 +35,7 @@ use crate::domain::{
     ReservationListQuery, Reserve, ReserveRequest, Validate, ValidateRequest, VoucherCode,
     VoucherList, VoucherListQuery, VoucherPatch,
 };
+use crate::telemetry::metrics;
 pub use error::ApiError;
 
 /// Largest request body accepted.
@@ -84,7 +87,8 @@ pub struct Route {
     pub method: &'static str,
     /// axum's path syntax (`{code}`); template.yaml names the same parameters in camelCase.
     pub path: &'static str,
-    /// The Lambda function that owns it in template.yaml and the `cargo lambda watch` router.
+    /// The Lambda function that owns it in template.yaml and the `cargo lambda watch` router;
+    /// [`Routes::All`] for the local server's own pages, which no function serves.
     pub family: Routes,
     /// Who may call it: the roles of template.yaml's two invoke policies (docs/DEPLOY.md),
     /// which the local server checks with bearer tokens ([`access`]).
@@ -93,6 +97,12 @@ pub struct Route {
 }
 
 impl Route {
+    /// One of the local server's own pages, outside the API (not in template.yaml, the watch
+    /// router or docs/openapi.json).
+    pub fn is_local(&self) -> bool {
+        self.family == Routes::All
+    }
+
     /// The health routes answer in every function (each can be probed); only admin's and
     /// live's are mapped to a path in the API. The live function serves its own route only:
     /// `/health` reads the stores it does not have.
@@ -203,7 +213,27 @@ pub const ROUTES: &[Route] = &[
         access: Access::OrderService,
         handler: || post(confirm),
     },
+    // The local server's own pages (family `All`: no function serves them, and they are not
+    // part of the API). In AWS the metrics leave through CloudWatch and the dashboard of
+    // template.yaml takes the console's place.
+    Route {
+        method: "GET",
+        path: METRICS_PATH,
+        family: Routes::All,
+        access: Access::Operators,
+        handler: || get(prometheus_metrics),
+    },
+    Route {
+        method: "GET",
+        path: "/console",
+        family: Routes::All,
+        access: Access::Open,
+        handler: || get(console),
+    },
 ];
+
+/// The local server's metrics, in Prometheus text format.
+pub const METRICS_PATH: &str = "/metrics";
 
 pub fn router(app: App, routes: Routes) -> Router {
     let mut r = Router::new();
@@ -500,6 +530,44 @@ async fn openapi() -> Response {
     ok(StatusCode::OK, "OPENAPI", body)
 }
 
+/// The metrics this process recorded, for a Prometheus scrape and the console; 404 when the
+/// process exports none (`flashgate serve` installs the exporter at start, see
+/// `telemetry::prometheus`).
+async fn prometheus_metrics() -> Response {
+    match crate::telemetry::prometheus::render() {
+        Some(text) => {
+            let body = ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text);
+            ok(StatusCode::OK, "METRICS", body)
+        }
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "METRICS_NOT_EXPORTED",
+            "this process exports no metrics: `flashgate serve` does",
+        )
+        .into_response(),
+    }
+}
+
+/// The operator's live console: one static page (HTML and its script), which reads the API
+/// and `/metrics` with the token its user types in.
+const CONSOLE: &str = include_str!("console.html");
+
+async fn console() -> Response {
+    let body = (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            // The page runs only its own inline script and talks only to this server.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'",
+            ),
+        ],
+        CONSOLE,
+    );
+    ok(StatusCode::OK, "CONSOLE", body)
+}
+
 /// Liveness, touching nothing: also the ceiling of this HTTP stack in benchmarks.
 async fn live() -> Response {
     ok(StatusCode::OK, "LIVE", Json(json!({"status": "ok"})))
@@ -521,12 +589,50 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
-/// One JSON log line per request: route, code, orderId, outcome, status and latency.
+/// Each route's name in metrics, `METHOD /path/{param}`, in the order of [`ROUTES`]: built once,
+/// so that recording a request allocates nothing.
+static ROUTE_LABELS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    ROUTES
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+});
+
+/// The metrics name of the route a request matched; `unmatched` for a 404 or 405 (a label per
+/// unknown path would let any client grow the series without bound).
+fn route_label(method: &Method, matched: Option<&MatchedPath>) -> &'static str {
+    matched
+        .and_then(|p| {
+            ROUTES
+                .iter()
+                .position(|r| r.path == p.as_str() && r.method == method.as_str())
+        })
+        .map_or("unmatched", |i| ROUTE_LABELS[i].as_str())
+}
+
+/// Where a request stands in the logs: every line written while it is served carries its
+/// `request_id` (in Lambda, also the runtime's `requestId` and `xrayTraceId`: its span is the
+/// parent of this one). The local server makes one unless the client sent `x-request-id`.
+fn request_span(req: &Request) -> tracing::Span {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_owned);
+    tracing::info_span!("request", request_id = %id)
+}
+
+/// One JSON log line per request (route, code, orderId, outcome, status and latency) and its
+/// metrics: the outcome count and the latency, by route.
 async fn log_request(req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let response = next.run(req).await;
+    let route = route_label(&method, req.extensions().get::<MatchedPath>());
+    let span = request_span(&req);
+    let response = next.run(req).instrument(span.clone()).await;
+    let _entered = span.enter();
     let mut segments = path.split('/').skip(1);
     let code = match segments.next() {
         Some("vouchers") => segments.next().map(str::to_ascii_uppercase),
@@ -537,6 +643,7 @@ async fn log_request(req: Request, next: Next) -> Response {
         None => segments.nth(1).map(str::to_owned),
     };
     let outcome = response.extensions().get::<Outcome>().map_or("", |o| o.0);
+    metrics::request(route, outcome, started);
     tracing::info!(
         method = %method,
         path = %path,

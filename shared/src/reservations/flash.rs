@@ -18,6 +18,7 @@ use crate::errors::{FromGateError, GetReservationError, ReserveError, StoreError
 use crate::events::{ReservedEvent, Transport};
 use crate::gate::{Gate, Lookup, OrderEntry, Removal, Trust};
 use crate::store::{Merge, MergeOutcome, Merged, Store};
+use crate::telemetry::metrics::SOLD_OUT_ANSWERS;
 use crate::telemetry::Chain;
 
 #[derive(Clone)]
@@ -164,6 +165,7 @@ impl Flash {
     /// order the script would (per-user limit before stock), so answers do not depend on which
     /// path took the request.
     async fn answer_sold_out(&self, r: &Reserve) -> Result<Reservation, ReserveError> {
+        metrics::counter!(SOLD_OUT_ANSWERS).increment(1);
         let seen = self
             .gate
             .lookup(&r.code, r.order_id.as_str(), Some(r.customer_id))

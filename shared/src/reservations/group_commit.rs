@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use crate::domain::{Held, Reservation, Reserve, Status, VoucherCode};
 use crate::errors::{ReserveError, StoreError};
 use crate::store::{Merge, Merged, Store, MERGE_BATCH_MAX};
+use crate::telemetry::metrics::BATCH_SIZE;
 
 /// One request's write, waiting for its batch.
 enum Job {
@@ -155,6 +156,7 @@ async fn write(store: Store, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: usize)
         if !reserves.is_empty() {
             let requests: Vec<(&Reserve, DateTime<Utc>)> =
                 reserves.iter().map(|(r, now, _)| (r, *now)).collect();
+            metrics::histogram!(BATCH_SIZE, "writer" => "standard").record(requests.len() as f64);
             match store.reserve_batch(&requests).await {
                 Ok(answers) => {
                     for ((_, _, answer), result) in reserves.into_iter().zip(answers) {
@@ -176,6 +178,7 @@ async fn write(store: Store, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: usize)
                     Merge::held(code, order, *held, *amount, Status::Reserved)
                 })
                 .collect();
+            metrics::histogram!(BATCH_SIZE, "writer" => "flash").record(merges.len() as f64);
             match store.merge_batch(&merges).await {
                 Ok(answers) => {
                     for (winner, result) in winners.into_iter().zip(answers) {

@@ -104,6 +104,7 @@ impl Reservations {
             view.used_count += in_flight;
             view.reserved_count += in_flight;
             view.remaining -= in_flight;
+            view.in_flight_count = in_flight;
         }
         Ok(view)
     }

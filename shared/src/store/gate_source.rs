@@ -7,6 +7,7 @@ use super::rows::voucher_rules;
 use super::Store;
 use crate::domain::{VoucherCode, VoucherRules};
 use crate::errors::StoreError;
+use crate::telemetry::metrics::{timed, Dependency};
 
 /// What a gate is loaded from ([`Store::gate_source`]), read in one snapshot. The gate's
 /// `meta` is built from it by the gate's users (`GateMeta::of`): the store knows nothing of the
@@ -34,21 +35,24 @@ impl Store {
         code: &VoucherCode,
         orders: &[&str],
     ) -> Result<Option<(i64, i64, Vec<String>)>, StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT v.total_limit - fg_used(v.code) AS remaining, v.version,
-                        ARRAY(SELECT r.order_id FROM redemption r
-                               WHERE r.voucher_code = v.code AND r.order_id = ANY($2)
-                                 AND r.status = 3) AS released
-                   FROM voucher v WHERE v.code = $1",
-                &[(&code.as_str(), Type::TEXT), (&orders, Type::TEXT_ARRAY)],
-            )
-            .await?;
-        Ok(rows
-            .first()
-            .map(|r| (r.get("remaining"), r.get("version"), r.get("released"))))
+        timed(Dependency::Postgres, "released_among", async {
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT v.total_limit - fg_used(v.code) AS remaining, v.version,
+                            ARRAY(SELECT r.order_id FROM redemption r
+                                   WHERE r.voucher_code = v.code AND r.order_id = ANY($2)
+                                     AND r.status = 3) AS released
+                       FROM voucher v WHERE v.code = $1",
+                    &[(&code.as_str(), Type::TEXT), (&orders, Type::TEXT_ARRAY)],
+                )
+                .await?;
+            Ok(rows
+                .first()
+                .map(|r| (r.get("remaining"), r.get("version"), r.get("released"))))
+        })
+        .await
     }
 
     /// What the gate is loaded from, read in one snapshot: the voucher's rules at their
@@ -59,42 +63,45 @@ impl Store {
         code: &VoucherCode,
         with_users: bool,
     ) -> Result<Option<GateSource>, StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT v.flash_sale, v.discount_amount, v.discount_percent, v.max_discount_amount,
-                        v.min_order_amount, v.total_limit, v.starts_at, v.ends_at, v.per_user_limit,
-                        v.reservation_ttl_seconds, v.active, v.version,
-                        v.total_limit - fg_used(v.code) AS remaining,
-                        CASE WHEN $2 THEN
-                          COALESCE((SELECT array_agg(c.customer_id ORDER BY c.customer_id)
-                                      FROM voucher_customer c
-                                     WHERE c.voucher_code = v.code AND c.active > 0), '{}')
-                        ELSE '{}' END AS customers,
-                        CASE WHEN $2 THEN
-                          COALESCE((SELECT array_agg(c.active ORDER BY c.customer_id)
-                                      FROM voucher_customer c
-                                     WHERE c.voucher_code = v.code AND c.active > 0), '{}')
-                        ELSE '{}' END AS actives
-                   FROM voucher v WHERE v.code = $1",
-                &[(&code.as_str(), Type::TEXT), (&with_users, Type::BOOL)],
-            )
-            .await?;
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let remaining: i64 = row.get("remaining");
-        let customers: Vec<i64> = row.get("customers");
-        let actives: Vec<i32> = row.get("actives");
-        Ok(Some(GateSource {
-            flash_sale: row.get("flash_sale"),
-            rules: voucher_rules(row),
-            reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
-            version: row.get("version"),
-            remaining,
-            users: customers.into_iter().zip(actives).collect(),
-        }))
+        timed(Dependency::Postgres, "gate_source", async {
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT v.flash_sale, v.discount_amount, v.discount_percent, v.max_discount_amount,
+                            v.min_order_amount, v.total_limit, v.starts_at, v.ends_at, v.per_user_limit,
+                            v.reservation_ttl_seconds, v.active, v.version,
+                            v.total_limit - fg_used(v.code) AS remaining,
+                            CASE WHEN $2 THEN
+                              COALESCE((SELECT array_agg(c.customer_id ORDER BY c.customer_id)
+                                          FROM voucher_customer c
+                                         WHERE c.voucher_code = v.code AND c.active > 0), '{}')
+                            ELSE '{}' END AS customers,
+                            CASE WHEN $2 THEN
+                              COALESCE((SELECT array_agg(c.active ORDER BY c.customer_id)
+                                          FROM voucher_customer c
+                                         WHERE c.voucher_code = v.code AND c.active > 0), '{}')
+                            ELSE '{}' END AS actives
+                       FROM voucher v WHERE v.code = $1",
+                    &[(&code.as_str(), Type::TEXT), (&with_users, Type::BOOL)],
+                )
+                .await?;
+            let Some(row) = rows.first() else {
+                return Ok(None);
+            };
+            let remaining: i64 = row.get("remaining");
+            let customers: Vec<i64> = row.get("customers");
+            let actives: Vec<i32> = row.get("actives");
+            Ok(Some(GateSource {
+                flash_sale: row.get("flash_sale"),
+                rules: voucher_rules(row),
+                reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
+                version: row.get("version"),
+                remaining,
+                users: customers.into_iter().zip(actives).collect(),
+            }))
+        })
+        .await
     }
 
     /// Marks the voucher as one the gate may hold, before it is loaded. See

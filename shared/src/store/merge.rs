@@ -10,6 +10,7 @@ use super::rows::{one_row_each, raised, row_facts};
 use super::Store;
 use crate::domain::{Held, OrderId, ReleaseReason, ReserveOutcome, Status, VoucherCode};
 use crate::errors::StoreError;
+use crate::telemetry::metrics::{timed, Dependency};
 
 /// One status change: the arguments of `fg_merge`. Built by [`Merge::by_key`] (the caller knows
 /// only the key) or [`Merge::held`] (the caller knows the whole reservation).
@@ -124,10 +125,13 @@ pub const MERGE_BATCH_MAX: usize = 64;
 impl Store {
     /// The one status change: every confirm, release, event and sweep goes through here.
     pub async fn merge(&self, m: &Merge<'_>) -> Result<Merged, StoreError> {
-        self.merge_batch(std::slice::from_ref(m))
-            .await?
-            .pop()
-            .ok_or(StoreError::NoRow)?
+        timed(Dependency::Postgres, "merge", async {
+            self.merge_batch(std::slice::from_ref(m))
+                .await?
+                .pop()
+                .ok_or(StoreError::NoRow)?
+        })
+        .await
     }
 
     /// Many changes in one round trip and one transaction (`fg_merge_batch`): one commit for
@@ -138,7 +142,10 @@ impl Store {
         &self,
         merges: &[Merge<'_>],
     ) -> Result<Vec<Result<Merged, StoreError>>, StoreError> {
-        plain_then_isolated(|isolate| self.run_merge_batch(merges, isolate)).await
+        timed(Dependency::Postgres, "merge_batch", async {
+            plain_then_isolated(|isolate| self.run_merge_batch(merges, isolate)).await
+        })
+        .await
     }
 
     async fn run_merge_batch(
@@ -193,12 +200,15 @@ impl Store {
         code: &VoucherCode,
         order_id: &OrderId,
     ) -> Result<Option<RowFacts>, StoreError> {
-        let merge = Merge::by_key(code, order_id.as_str(), Status::Confirmed);
-        match self.merge(&merge).await {
-            // No voucher, so no reservation of it either.
-            Err(e) if is_unknown_voucher(&e) => Ok(None),
-            merged => Ok(merged?.row),
-        }
+        timed(Dependency::Postgres, "confirm", async {
+            let merge = Merge::by_key(code, order_id.as_str(), Status::Confirmed);
+            match self.merge(&merge).await {
+                // No voucher, so no reservation of it either.
+                Err(e) if is_unknown_voucher(&e) => Ok(None),
+                merged => Ok(merged?.row),
+            }
+        })
+        .await
     }
 
     /// Release by key (None: no such reservation).
@@ -207,13 +217,16 @@ impl Store {
         code: &VoucherCode,
         order_id: &OrderId,
     ) -> Result<Option<Merged>, StoreError> {
-        let merge = Merge::by_key(code, order_id.as_str(), Status::Released)
-            .reason(ReleaseReason::Cancelled);
-        let merged = match self.merge(&merge).await {
-            Err(e) if is_unknown_voucher(&e) => return Ok(None),
-            merged => merged?,
-        };
-        Ok(merged.row.is_some().then_some(merged))
+        timed(Dependency::Postgres, "release", async {
+            let merge = Merge::by_key(code, order_id.as_str(), Status::Released)
+                .reason(ReleaseReason::Cancelled);
+            let merged = match self.merge(&merge).await {
+                Err(e) if is_unknown_voucher(&e) => return Ok(None),
+                merged => merged?,
+            };
+            Ok(merged.row.is_some().then_some(merged))
+        })
+        .await
     }
 }
 

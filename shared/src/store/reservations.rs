@@ -12,6 +12,7 @@ use crate::domain::{
     ReserveOutcome, Status, Validate, VoucherCode,
 };
 use crate::errors::{GetReservationError, ListError, ReserveError, StoreError};
+use crate::telemetry::metrics::{timed, Dependency};
 
 impl Store {
     /// A page of a voucher's reservations in orderId order (keyset: the page after
@@ -20,65 +21,68 @@ impl Store {
         &self,
         list: &ReservationList,
     ) -> Result<Page<ReservationItem>, ListError> {
-        let after = list.after.as_ref().map(OrderId::as_str);
-        let status = list.status.map(Status::as_db);
-        // The voucher's own row comes first, so an unknown voucher is told apart from an empty
-        // page; the page's rows follow it.
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT r.order_id, r.customer_id, r.status, r.discount_amount, r.order_amount,
-                        r.reserved_at, r.expires_at, r.confirmed_at, r.released_at,
-                        r.release_reason
-                   FROM voucher v
-                   LEFT JOIN LATERAL (
-                        SELECT * FROM redemption x
-                         WHERE x.voucher_code = v.code
-                           AND ($2::text IS NULL OR x.order_id > $2)
-                           AND ($3::smallint IS NULL OR x.status = $3)
-                           AND ($4::bigint IS NULL OR x.customer_id = $4)
-                         ORDER BY x.order_id
-                         LIMIT $5) r ON true
-                  WHERE v.code = $1
-                  ORDER BY r.order_id",
-                &[
-                    (&list.code.as_str(), Type::TEXT),
-                    (&after, Type::TEXT),
-                    (&status, Type::INT2),
-                    (&list.customer_id, Type::INT8),
-                    (&(list.limit + 1), Type::INT8),
-                ],
-            )
-            .await
-            .map_err(StoreError::from)?;
-        if rows.is_empty() {
-            return Err(ListError::VoucherNotFound);
-        }
-        let mut items = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let Some(order_id) = row.get::<_, Option<String>>("order_id") else {
-                continue; // the voucher exists, the page is empty
-            };
-            let status: i16 = row.get("status");
-            items.push(ReservationItem {
-                order_id,
-                customer_id: row.get("customer_id"),
-                status: Status::from_db(status)
-                    .ok_or_else(|| StoreError::UnexpectedOutcome(format!("status {status}")))?,
-                discount_amount: row.get("discount_amount"),
-                order_amount: row.get("order_amount"),
-                reserved_at: row.get("reserved_at"),
-                expires_at: row.get("expires_at"),
-                confirmed_at: row.get("confirmed_at"),
-                released_at: row.get("released_at"),
-                release_reason: row.get("release_reason"),
+        timed(Dependency::Postgres, "reservations", async {
+            let after = list.after.as_ref().map(OrderId::as_str);
+            let status = list.status.map(Status::as_db);
+            // The voucher's own row comes first, so an unknown voucher is told apart from an empty
+            // page; the page's rows follow it.
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT r.order_id, r.customer_id, r.status, r.discount_amount, r.order_amount,
+                            r.reserved_at, r.expires_at, r.confirmed_at, r.released_at,
+                            r.release_reason
+                       FROM voucher v
+                       LEFT JOIN LATERAL (
+                            SELECT * FROM redemption x
+                             WHERE x.voucher_code = v.code
+                               AND ($2::text IS NULL OR x.order_id > $2)
+                               AND ($3::smallint IS NULL OR x.status = $3)
+                               AND ($4::bigint IS NULL OR x.customer_id = $4)
+                             ORDER BY x.order_id
+                             LIMIT $5) r ON true
+                      WHERE v.code = $1
+                      ORDER BY r.order_id",
+                    &[
+                        (&list.code.as_str(), Type::TEXT),
+                        (&after, Type::TEXT),
+                        (&status, Type::INT2),
+                        (&list.customer_id, Type::INT8),
+                        (&(list.limit + 1), Type::INT8),
+                    ],
+                )
+                .await
+                .map_err(StoreError::from)?;
+            if rows.is_empty() {
+                return Err(ListError::VoucherNotFound);
+            }
+            let mut items = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let Some(order_id) = row.get::<_, Option<String>>("order_id") else {
+                    continue; // the voucher exists, the page is empty
+                };
+                let status: i16 = row.get("status");
+                items.push(ReservationItem {
+                    order_id,
+                    customer_id: row.get("customer_id"),
+                    status: Status::from_db(status)
+                        .ok_or_else(|| StoreError::UnexpectedOutcome(format!("status {status}")))?,
+                    discount_amount: row.get("discount_amount"),
+                    order_amount: row.get("order_amount"),
+                    reserved_at: row.get("reserved_at"),
+                    expires_at: row.get("expires_at"),
+                    confirmed_at: row.get("confirmed_at"),
+                    released_at: row.get("released_at"),
+                    release_reason: row.get("release_reason"),
+                });
+            }
+            let next = page_next(&mut items, list.limit, |r| {
+                ReservationList::cursor(&r.order_id)
             });
-        }
-        let next = page_next(&mut items, list.limit, |r| {
-            ReservationList::cursor(&r.order_id)
-        });
-        Ok(Page { items, next })
+            Ok(Page { items, next })
+        })
+        .await
     }
 
     /// Would a reserve be granted now, by Postgres' rules (`fg_validate`, reads only)? The
@@ -88,27 +92,30 @@ impl Store {
         v: &Validate,
         now: DateTime<Utc>,
     ) -> Result<(ReserveOutcome, i64), StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT outcome, discount_amount FROM fg_validate($1, $2, $3, $4)",
-                &[
-                    (&v.code.as_str(), Type::TEXT),
-                    (&v.customer_id, Type::INT8),
-                    (&v.order_amount, Type::INT8),
-                    (&now, Type::TIMESTAMPTZ),
-                ],
-            )
-            .await?;
-        let row = rows.first().ok_or(StoreError::NoRow)?;
-        let word: &str = row.get("outcome");
-        let outcome = ReserveOutcome::parse(word)
-            .ok_or_else(|| StoreError::UnexpectedOutcome(word.to_owned()))?;
-        Ok((
-            outcome,
-            row.get::<_, Option<i64>>("discount_amount").unwrap_or(0),
-        ))
+        timed(Dependency::Postgres, "validate", async {
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT outcome, discount_amount FROM fg_validate($1, $2, $3, $4)",
+                    &[
+                        (&v.code.as_str(), Type::TEXT),
+                        (&v.customer_id, Type::INT8),
+                        (&v.order_amount, Type::INT8),
+                        (&now, Type::TIMESTAMPTZ),
+                    ],
+                )
+                .await?;
+            let row = rows.first().ok_or(StoreError::NoRow)?;
+            let word: &str = row.get("outcome");
+            let outcome = ReserveOutcome::parse(word)
+                .ok_or_else(|| StoreError::UnexpectedOutcome(word.to_owned()))?;
+            Ok((
+                outcome,
+                row.get::<_, Option<i64>>("discount_amount").unwrap_or(0),
+            ))
+        })
+        .await
     }
 
     /// Standard-mode reserve: one call to `fg_reserve`, one round trip.
@@ -117,10 +124,13 @@ impl Store {
         r: &Reserve,
         now: DateTime<Utc>,
     ) -> Result<Reservation, ReserveError> {
-        self.reserve_batch(&[(r, now)])
-            .await?
-            .pop()
-            .ok_or(StoreError::NoRow)?
+        timed(Dependency::Postgres, "reserve", async {
+            self.reserve_batch(&[(r, now)])
+                .await?
+                .pop()
+                .ok_or(StoreError::NoRow)?
+        })
+        .await
     }
 
     /// Many standard-mode reserves in one round trip and one transaction (`fg_reserve_batch`),
@@ -130,7 +140,10 @@ impl Store {
         &self,
         requests: &[(&Reserve, DateTime<Utc>)],
     ) -> Result<Vec<Result<Reservation, ReserveError>>, StoreError> {
-        plain_then_isolated(|isolate| self.run_reserve_batch(requests, isolate)).await
+        timed(Dependency::Postgres, "reserve_batch", async {
+            plain_then_isolated(|isolate| self.run_reserve_batch(requests, isolate)).await
+        })
+        .await
     }
 
     async fn run_reserve_batch(
@@ -173,29 +186,32 @@ impl Store {
         code: &VoucherCode,
         order_id: &OrderId,
     ) -> Result<ReservationView, GetReservationError> {
-        let client = self.client().await?;
-        let row = client
-            .query_typed(
-                "SELECT customer_id, status, discount_amount, expires_at
-                   FROM redemption WHERE voucher_code = $1 AND order_id = $2",
-                &[
-                    (&code.as_str(), Type::TEXT),
-                    (&order_id.as_str(), Type::TEXT),
-                ],
-            )
-            .await
-            .map_err(StoreError::from)?
-            .into_iter()
-            .next()
-            .ok_or(GetReservationError::NotFound)?;
-        let facts = row_facts(&row)?;
-        Ok(ReservationView {
-            order_id: order_id.as_str().to_owned(),
-            customer_id: facts.customer_id,
-            status: facts.status,
-            discount_amount: facts.discount_amount,
-            expires_at: facts.expires_at,
+        timed(Dependency::Postgres, "reservation", async {
+            let client = self.client().await?;
+            let row = client
+                .query_typed(
+                    "SELECT customer_id, status, discount_amount, expires_at
+                       FROM redemption WHERE voucher_code = $1 AND order_id = $2",
+                    &[
+                        (&code.as_str(), Type::TEXT),
+                        (&order_id.as_str(), Type::TEXT),
+                    ],
+                )
+                .await
+                .map_err(StoreError::from)?
+                .into_iter()
+                .next()
+                .ok_or(GetReservationError::NotFound)?;
+            let facts = row_facts(&row)?;
+            Ok(ReservationView {
+                order_id: order_id.as_str().to_owned(),
+                customer_id: facts.customer_id,
+                status: facts.status,
+                discount_amount: facts.discount_amount,
+                expires_at: facts.expires_at,
+            })
         })
+        .await
     }
 }
 

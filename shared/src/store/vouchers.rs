@@ -12,6 +12,7 @@ use crate::domain::{
     Discount, GrantRules, NewVoucher, Page, VoucherCode, VoucherList, VoucherRules, VoucherView,
 };
 use crate::errors::{CreateVoucherError, GetVoucherError, ListError, StoreError};
+use crate::telemetry::metrics::{timed, Dependency};
 
 /// The facts about a voucher that never change after creation, cached by each process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,104 +123,115 @@ fn voucher_view(row: &tokio_postgres::Row) -> VoucherView {
         reserved_count: row.get("reserved"),
         confirmed_count: row.get("confirmed"),
         revoked_count: row.get("revoked"),
+        in_flight_count: 0,
     }
 }
 
 impl Store {
     pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
-        let client = self.client().await?;
-        let r = &v.rules;
-        let (amount, percent, cap) = r.discount.columns();
-        // One statement, so one transaction: the voucher and its slots commit together, and
-        // the caps' sum is checked at that commit.
-        let rows = client
-            .query_typed(
-                "WITH v AS (
-                   INSERT INTO voucher (code, discount_amount, discount_percent,
-                                        max_discount_amount, min_order_amount, total_limit,
-                                        per_user_limit, starts_at, ends_at, flash_sale, active,
-                                        reservation_ttl_seconds, counter_slots)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-                   ON CONFLICT (code) DO NOTHING
-                   RETURNING code, total_limit, counter_slots)
-                 SELECT v.code, fg_set_slots(v.code, v.total_limit, v.counter_slots) FROM v",
-                &[
-                    (&v.code.as_str(), Type::TEXT),
-                    (&amount, Type::INT8),
-                    (&percent, Type::INT2),
-                    (&cap, Type::INT8),
-                    (&r.min_order_amount, Type::INT8),
-                    (&r.total_limit, Type::INT4),
-                    (&r.per_user_limit, Type::INT4),
-                    (&r.starts_at, Type::TIMESTAMPTZ),
-                    (&r.ends_at, Type::TIMESTAMPTZ),
-                    (&v.flash_sale, Type::BOOL),
-                    (&r.active, Type::BOOL),
-                    (&v.reservation_ttl_seconds, Type::INT4),
-                    (&v.counter_slots, Type::INT2),
-                ],
-            )
-            .await
-            .map_err(StoreError::from)?;
-        if rows.is_empty() {
-            return Err(CreateVoucherError::Exists(v.code.as_str().to_owned()));
-        }
-        Ok(VoucherView {
-            code: v.code.as_str().to_owned(),
-            discount_amount: amount,
-            discount_percent: percent,
-            max_discount_amount: cap,
-            min_order_amount: r.min_order_amount,
-            total_limit: r.total_limit.into(),
-            per_user_limit: r.per_user_limit.into(),
-            starts_at: r.starts_at,
-            ends_at: r.ends_at,
-            flash_sale: v.flash_sale,
-            active: r.active,
-            reservation_ttl_seconds: v.reservation_ttl_seconds.into(),
-            counter_slots: v.counter_slots.into(),
-            used_count: 0,
-            remaining: r.total_limit.into(),
-            reserved_count: 0,
-            confirmed_count: 0,
-            revoked_count: 0,
+        timed(Dependency::Postgres, "create_voucher", async {
+            let client = self.client().await?;
+            let r = &v.rules;
+            let (amount, percent, cap) = r.discount.columns();
+            // One statement, so one transaction: the voucher and its slots commit together, and
+            // the caps' sum is checked at that commit.
+            let rows = client
+                .query_typed(
+                    "WITH v AS (
+                       INSERT INTO voucher (code, discount_amount, discount_percent,
+                                            max_discount_amount, min_order_amount, total_limit,
+                                            per_user_limit, starts_at, ends_at, flash_sale, active,
+                                            reservation_ttl_seconds, counter_slots)
+                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                       ON CONFLICT (code) DO NOTHING
+                       RETURNING code, total_limit, counter_slots)
+                     SELECT v.code, fg_set_slots(v.code, v.total_limit, v.counter_slots) FROM v",
+                    &[
+                        (&v.code.as_str(), Type::TEXT),
+                        (&amount, Type::INT8),
+                        (&percent, Type::INT2),
+                        (&cap, Type::INT8),
+                        (&r.min_order_amount, Type::INT8),
+                        (&r.total_limit, Type::INT4),
+                        (&r.per_user_limit, Type::INT4),
+                        (&r.starts_at, Type::TIMESTAMPTZ),
+                        (&r.ends_at, Type::TIMESTAMPTZ),
+                        (&v.flash_sale, Type::BOOL),
+                        (&r.active, Type::BOOL),
+                        (&v.reservation_ttl_seconds, Type::INT4),
+                        (&v.counter_slots, Type::INT2),
+                    ],
+                )
+                .await
+                .map_err(StoreError::from)?;
+            if rows.is_empty() {
+                return Err(CreateVoucherError::Exists(v.code.as_str().to_owned()));
+            }
+            Ok(VoucherView {
+                code: v.code.as_str().to_owned(),
+                discount_amount: amount,
+                discount_percent: percent,
+                max_discount_amount: cap,
+                min_order_amount: r.min_order_amount,
+                total_limit: r.total_limit.into(),
+                per_user_limit: r.per_user_limit.into(),
+                starts_at: r.starts_at,
+                ends_at: r.ends_at,
+                flash_sale: v.flash_sale,
+                active: r.active,
+                reservation_ttl_seconds: v.reservation_ttl_seconds.into(),
+                counter_slots: v.counter_slots.into(),
+                used_count: 0,
+                remaining: r.total_limit.into(),
+                reserved_count: 0,
+                confirmed_count: 0,
+                revoked_count: 0,
+                in_flight_count: 0,
+            })
         })
+        .await
     }
 
     pub async fn voucher(&self, code: &VoucherCode) -> Result<VoucherView, GetVoucherError> {
-        let client = self.client().await?;
-        let row = client
-            .query_typed(
-                &format!("{VOUCHER_VIEW} WHERE v.code = $1"),
-                &[(&code.as_str(), Type::TEXT)],
-            )
-            .await
-            .map_err(StoreError::from)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| GetVoucherError::NotFound(code.as_str().to_owned()))?;
-        Ok(voucher_view(&row))
+        timed(Dependency::Postgres, "voucher", async {
+            let client = self.client().await?;
+            let row = client
+                .query_typed(
+                    &format!("{VOUCHER_VIEW} WHERE v.code = $1"),
+                    &[(&code.as_str(), Type::TEXT)],
+                )
+                .await
+                .map_err(StoreError::from)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| GetVoucherError::NotFound(code.as_str().to_owned()))?;
+            Ok(voucher_view(&row))
+        })
+        .await
     }
 
     /// A page of vouchers in code order (keyset: the page after `list.after`).
     pub async fn vouchers(&self, list: &VoucherList) -> Result<Page<VoucherView>, ListError> {
-        let after = list.after.as_ref().map(VoucherCode::as_str);
-        // One more than the page, to know whether a page follows.
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                &format!(
-                    "{VOUCHER_VIEW} WHERE ($1::text IS NULL OR v.code > $1)
-                      ORDER BY v.code LIMIT $2"
-                ),
-                &[(&after, Type::TEXT), (&(list.limit + 1), Type::INT8)],
-            )
-            .await
-            .map_err(StoreError::from)?;
-        let mut items: Vec<VoucherView> = rows.iter().map(voucher_view).collect();
-        let next = page_next(&mut items, list.limit, |v| VoucherList::cursor(&v.code));
-        Ok(Page { items, next })
+        timed(Dependency::Postgres, "vouchers", async {
+            let after = list.after.as_ref().map(VoucherCode::as_str);
+            // One more than the page, to know whether a page follows.
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    &format!(
+                        "{VOUCHER_VIEW} WHERE ($1::text IS NULL OR v.code > $1)
+                          ORDER BY v.code LIMIT $2"
+                    ),
+                    &[(&after, Type::TEXT), (&(list.limit + 1), Type::INT8)],
+                )
+                .await
+                .map_err(StoreError::from)?;
+            let mut items: Vec<VoucherView> = rows.iter().map(voucher_view).collect();
+            let next = page_next(&mut items, list.limit, |v| VoucherList::cursor(&v.code));
+            Ok(Page { items, next })
+        })
+        .await
     }
 
     /// The voucher's rules and version, as a change starts from (None: no such voucher).
@@ -227,22 +239,25 @@ impl Store {
         &self,
         code: &VoucherCode,
     ) -> Result<Option<VoucherState>, StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT discount_amount, discount_percent, max_discount_amount, min_order_amount,
-                        total_limit, per_user_limit, starts_at, ends_at, active, version,
-                        reservation_ttl_seconds
-                   FROM voucher WHERE code = $1",
-                &[(&code.as_str(), Type::TEXT)],
-            )
-            .await?;
-        Ok(rows.first().map(|row| VoucherState {
-            rules: voucher_rules(row),
-            version: row.get("version"),
-            reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
-        }))
+        timed(Dependency::Postgres, "voucher_state", async {
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT discount_amount, discount_percent, max_discount_amount, min_order_amount,
+                            total_limit, per_user_limit, starts_at, ends_at, active, version,
+                            reservation_ttl_seconds
+                       FROM voucher WHERE code = $1",
+                    &[(&code.as_str(), Type::TEXT)],
+                )
+                .await?;
+            Ok(rows.first().map(|row| VoucherState {
+                rules: voucher_rules(row),
+                version: row.get("version"),
+                reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
+            }))
+        })
+        .await
     }
 
     /// Writes `rules` as the voucher's, if it is still at `version` (`fg_patch_voucher`, one
@@ -253,122 +268,131 @@ impl Store {
         version: i64,
         rules: &VoucherRules,
     ) -> Result<PatchOutcome, StoreError> {
-        let (amount, percent, cap) = rules.discount.columns();
-        let result = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT outcome, version
-                   FROM fg_patch_voucher($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                &[
-                    (&code.as_str(), Type::TEXT),
-                    (&version, Type::INT8),
-                    (&amount, Type::INT8),
-                    (&percent, Type::INT2),
-                    (&cap, Type::INT8),
-                    (&rules.min_order_amount, Type::INT8),
-                    (&rules.total_limit, Type::INT4),
-                    (&rules.per_user_limit, Type::INT4),
-                    (&rules.starts_at, Type::TIMESTAMPTZ),
-                    (&rules.ends_at, Type::TIMESTAMPTZ),
-                    (&rules.active, Type::BOOL),
-                ],
-            )
-            .await;
-        let rows = match result {
-            Ok(rows) => rows,
-            Err(e) => {
-                if let Some(db) = e.as_db_error() {
-                    if db.code().code() == "FG409" && db.message() == "LIMIT_BELOW_USED" {
-                        return Ok(PatchOutcome::LimitBelowUsed(
-                            db.detail().unwrap_or_default().to_owned(),
-                        ));
+        timed(Dependency::Postgres, "patch_voucher", async {
+            let (amount, percent, cap) = rules.discount.columns();
+            let result = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT outcome, version
+                       FROM fg_patch_voucher($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                    &[
+                        (&code.as_str(), Type::TEXT),
+                        (&version, Type::INT8),
+                        (&amount, Type::INT8),
+                        (&percent, Type::INT2),
+                        (&cap, Type::INT8),
+                        (&rules.min_order_amount, Type::INT8),
+                        (&rules.total_limit, Type::INT4),
+                        (&rules.per_user_limit, Type::INT4),
+                        (&rules.starts_at, Type::TIMESTAMPTZ),
+                        (&rules.ends_at, Type::TIMESTAMPTZ),
+                        (&rules.active, Type::BOOL),
+                    ],
+                )
+                .await;
+            let rows = match result {
+                Ok(rows) => rows,
+                Err(e) => {
+                    if let Some(db) = e.as_db_error() {
+                        if db.code().code() == "FG409" && db.message() == "LIMIT_BELOW_USED" {
+                            return Ok(PatchOutcome::LimitBelowUsed(
+                                db.detail().unwrap_or_default().to_owned(),
+                            ));
+                        }
+                        // Resizing locks every slot in slot order; a batch of reserves that holds
+                        // one slot and then waits for all (near sold out) can meet it head on.
+                        if db.code() == &SqlState::T_R_DEADLOCK_DETECTED {
+                            return Ok(PatchOutcome::Stale);
+                        }
                     }
-                    // Resizing locks every slot in slot order; a batch of reserves that holds
-                    // one slot and then waits for all (near sold out) can meet it head on.
-                    if db.code() == &SqlState::T_R_DEADLOCK_DETECTED {
-                        return Ok(PatchOutcome::Stale);
-                    }
+                    return Err(e.into());
                 }
-                return Err(e.into());
-            }
-        };
-        let row = rows.first().ok_or(StoreError::NoRow)?;
-        let outcome: &str = row.get("outcome");
-        Ok(match outcome {
-            "APPLIED" => PatchOutcome::Applied(row.get("version")),
-            "STALE" => PatchOutcome::Stale,
-            "NOT_FOUND" => PatchOutcome::NotFound,
-            other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
+            };
+            let row = rows.first().ok_or(StoreError::NoRow)?;
+            let outcome: &str = row.get("outcome");
+            Ok(match outcome {
+                "APPLIED" => PatchOutcome::Applied(row.get("version")),
+                "STALE" => PatchOutcome::Stale,
+                "NOT_FOUND" => PatchOutcome::NotFound,
+                other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
+            })
         })
+        .await
     }
 
     /// The rules each `(code, version)` asked for was granted under, in one round trip: the
     /// vouchers' current rules, and the kept earlier versions among those asked.
     pub async fn grants(&self, asked: &[(&str, Option<i64>)]) -> Result<Grants, StoreError> {
-        let codes: Vec<&str> = asked.iter().map(|(c, _)| *c).collect();
-        let versions: Vec<Option<i64>> = asked.iter().map(|(_, v)| *v).collect();
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT v.code, v.version, v.discount_amount, v.discount_percent,
-                        v.max_discount_amount, v.min_order_amount, v.starts_at, v.ends_at,
-                        v.active, v.reservation_ttl_seconds, NULL::timestamptz AS superseded_at
-                   FROM voucher v WHERE v.code = ANY($1)
-                 UNION ALL
-                 SELECT h.voucher_code, h.version, h.discount_amount, h.discount_percent,
-                        h.max_discount_amount, h.min_order_amount, h.starts_at, h.ends_at,
-                        h.active, v.reservation_ttl_seconds, h.superseded_at
-                   FROM voucher_rules h JOIN voucher v ON v.code = h.voucher_code
-                  WHERE (h.voucher_code, h.version) IN
-                        (SELECT * FROM unnest($1::text[], $2::int8[]))
-                     OR h.voucher_code IN
-                        (SELECT c FROM unnest($1::text[], $2::int8[]) AS a(c, v)
-                          WHERE v IS NULL)",
-                &[(&codes, Type::TEXT_ARRAY), (&versions, Type::INT8_ARRAY)],
-            )
-            .await?;
-        let mut grants = Grants::default();
-        for row in &rows {
-            let at = |name| row.get::<_, DateTime<Utc>>(name).timestamp_millis();
-            let rules = GrantRules {
-                version: row.get("version"),
-                discount: Discount::from_columns(
-                    row.get("discount_amount"),
-                    row.get("discount_percent"),
-                    row.get("max_discount_amount"),
-                ),
-                min_order_amount: row.get("min_order_amount"),
-                starts_at_ms: at("starts_at"),
-                ends_at_ms: at("ends_at"),
-                active: row.get("active"),
-                ttl_ms: i64::from(row.get::<_, i32>("reservation_ttl_seconds")) * 1000,
-                superseded_at_ms: row
-                    .get::<_, Option<DateTime<Utc>>>("superseded_at")
-                    .map(|t| t.timestamp_millis()),
-            };
-            let code: String = row.get("code");
-            match rules.superseded_at_ms {
-                None => grants.current.insert(code, rules),
-                Some(_) => grants.past.insert((code, rules.version), rules),
-            };
-        }
-        Ok(grants)
+        timed(Dependency::Postgres, "grants", async {
+            let codes: Vec<&str> = asked.iter().map(|(c, _)| *c).collect();
+            let versions: Vec<Option<i64>> = asked.iter().map(|(_, v)| *v).collect();
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT v.code, v.version, v.discount_amount, v.discount_percent,
+                            v.max_discount_amount, v.min_order_amount, v.starts_at, v.ends_at,
+                            v.active, v.reservation_ttl_seconds, NULL::timestamptz AS superseded_at
+                       FROM voucher v WHERE v.code = ANY($1)
+                     UNION ALL
+                     SELECT h.voucher_code, h.version, h.discount_amount, h.discount_percent,
+                            h.max_discount_amount, h.min_order_amount, h.starts_at, h.ends_at,
+                            h.active, v.reservation_ttl_seconds, h.superseded_at
+                       FROM voucher_rules h JOIN voucher v ON v.code = h.voucher_code
+                      WHERE (h.voucher_code, h.version) IN
+                            (SELECT * FROM unnest($1::text[], $2::int8[]))
+                         OR h.voucher_code IN
+                            (SELECT c FROM unnest($1::text[], $2::int8[]) AS a(c, v)
+                              WHERE v IS NULL)",
+                    &[(&codes, Type::TEXT_ARRAY), (&versions, Type::INT8_ARRAY)],
+                )
+                .await?;
+            let mut grants = Grants::default();
+            for row in &rows {
+                let at = |name| row.get::<_, DateTime<Utc>>(name).timestamp_millis();
+                let rules = GrantRules {
+                    version: row.get("version"),
+                    discount: Discount::from_columns(
+                        row.get("discount_amount"),
+                        row.get("discount_percent"),
+                        row.get("max_discount_amount"),
+                    ),
+                    min_order_amount: row.get("min_order_amount"),
+                    starts_at_ms: at("starts_at"),
+                    ends_at_ms: at("ends_at"),
+                    active: row.get("active"),
+                    ttl_ms: i64::from(row.get::<_, i32>("reservation_ttl_seconds")) * 1000,
+                    superseded_at_ms: row
+                        .get::<_, Option<DateTime<Utc>>>("superseded_at")
+                        .map(|t| t.timestamp_millis()),
+                };
+                let code: String = row.get("code");
+                match rules.superseded_at_ms {
+                    None => grants.current.insert(code, rules),
+                    Some(_) => grants.past.insert((code, rules.version), rules),
+                };
+            }
+            Ok(grants)
+        })
+        .await
     }
 
     /// How a voucher is decided (None: no such voucher). Immutable once created.
     pub async fn kind(&self, code: &VoucherCode) -> Result<Option<VoucherKind>, StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT flash_sale FROM voucher WHERE code = $1",
-                &[(&code.as_str(), Type::TEXT)],
-            )
-            .await?;
-        Ok(rows.first().map(|r| VoucherKind {
-            flash_sale: r.get(0),
-        }))
+        timed(Dependency::Postgres, "kind", async {
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT flash_sale FROM voucher WHERE code = $1",
+                    &[(&code.as_str(), Type::TEXT)],
+                )
+                .await?;
+            Ok(rows.first().map(|r| VoucherKind {
+                flash_sale: r.get(0),
+            }))
+        })
+        .await
     }
 }

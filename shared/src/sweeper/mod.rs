@@ -41,7 +41,8 @@ use crate::errors::SweepError;
 use crate::gate::{Gate, GateError, Removal, Retired};
 use crate::reservations::Warmup;
 use crate::store::Store;
-use crate::telemetry::{emit_metrics, Chain, Unit};
+use crate::telemetry::metrics::{SWEEP_DURATION, SWEEP_ITEMS};
+use crate::telemetry::Chain;
 
 /// Rows per `fg_expire` transaction.
 pub const EXPIRE_BATCH: i32 = 500;
@@ -76,6 +77,26 @@ pub struct SweepReport {
 }
 
 impl SweepReport {
+    /// The report as metrics: each field a `kind` of `flashgate_sweep_items_total`.
+    fn record(&self) {
+        let kinds = [
+            ("expired", self.expired),
+            ("orphans_recovered", self.orphans_recovered),
+            ("drift_found", self.drift_found),
+            ("drift_repaired", self.drift_repaired),
+            ("rules_synced", self.rules_synced),
+            ("releases_finished", self.releases_finished),
+            ("warmed", self.warmed),
+            ("retired", self.retired),
+            ("rules_forgotten", self.rules_forgotten),
+            ("gate_errors", self.gate_errors),
+        ];
+        for (kind, n) in kinds {
+            metrics::counter!(SWEEP_ITEMS, "kind" => kind).increment(n);
+        }
+        metrics::histogram!(SWEEP_DURATION).record(self.duration_ms as f64 / 1000.0);
+    }
+
     /// A gate call's result, counted as a gate error when it failed (the sweep goes on).
     fn gate_ok<T>(&mut self, r: Result<T, GateError>) -> Option<T> {
         match r {
@@ -171,19 +192,7 @@ impl Sweeper {
             duration_ms = report.duration_ms,
             "sweep"
         );
-        emit_metrics(
-            "sweeper",
-            &[
-                ("Expired", Unit::Count, report.expired),
-                ("OrphansRecovered", Unit::Count, report.orphans_recovered),
-                ("DriftFound", Unit::Count, report.drift_found),
-                ("DriftRepaired", Unit::Count, report.drift_repaired),
-                ("RulesSynced", Unit::Count, report.rules_synced),
-                ("ReleasesFinished", Unit::Count, report.releases_finished),
-                ("Retired", Unit::Count, report.retired),
-                ("SweepDuration", Unit::Milliseconds, report.duration_ms),
-            ],
-        );
+        report.record();
         Ok(report)
     }
 

@@ -12,6 +12,7 @@ use super::{SweepReport, Sweeper};
 use crate::domain::VoucherCode;
 use crate::errors::SweepError;
 use crate::gate::{GateCounts, GateMeta, Removal, Removed};
+use crate::telemetry::metrics::VOUCHER_REMAINING;
 
 /// What the reconciler read: the gate's counters, then (after, in one Postgres snapshot)
 /// `total_limit` less the uses held and the voucher's version.
@@ -53,6 +54,8 @@ impl Sweeper {
         let Some(reading) = self.read(code).await? else {
             return Ok(());
         };
+        metrics::gauge!(VOUCHER_REMAINING, "code" => code.as_str().to_owned())
+            .set(reading.gate.remaining as f64);
         let expected = reading.expected - in_flight as i64;
         if reading.gate.remaining == expected {
             return Ok(());

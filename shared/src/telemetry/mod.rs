@@ -1,7 +1,14 @@
-//! Logs and metrics: JSON lines on stdout (CloudWatch and local alike), filtered by `RUST_LOG`.
+//! Logs and metrics. Logs are JSON lines on stdout (CloudWatch and local alike), filtered by
+//! `RUST_LOG`, each with the spans it was written in (a request's id; in Lambda the runtime's
+//! `requestId` and `xrayTraceId`). Metrics are recorded through the `metrics` facade
+//! ([`metrics`]) and leave through the exporter the process installed ([`prometheus`] for the
+//! local server, CloudWatch's embedded metric format in `crate::lambda`).
 //!
 //! Tests call [`init_for_tests`], which stays silent unless `TEST_LOG` is set, so a failing
 //! test can be rerun with logs without every passing test flooding the output.
+
+pub mod metrics;
+pub mod prometheus;
 
 use std::error::Error;
 use std::fmt;
@@ -15,6 +22,7 @@ pub fn init() {
         .json()
         .flatten_event(true)
         .with_current_span(false)
+        .with_span_list(true)
         .with_target(false)
         .with_env_filter(filter)
         .try_init();
@@ -41,47 +49,6 @@ impl fmt::Display for Chain<'_> {
             source = e.source();
         }
         Ok(())
-    }
-}
-
-/// Emits counters in CloudWatch's embedded metric format: one JSON line on stdout that
-/// CloudWatch Logs turns into metrics (namespace `Flashgate`, dimension `Function`) without an
-/// API call. Every metric the service reports goes through here.
-pub fn emit_metrics(function: &str, metrics: &[(&str, Unit, u64)]) {
-    let definitions: Vec<_> = metrics
-        .iter()
-        .map(|(name, unit, _)| serde_json::json!({"Name": name, "Unit": unit.as_str()}))
-        .collect();
-    let mut line = serde_json::json!({
-        "_aws": {
-            "Timestamp": chrono::Utc::now().timestamp_millis(),
-            "CloudWatchMetrics": [{
-                "Namespace": "Flashgate",
-                "Dimensions": [["Function"]],
-                "Metrics": definitions,
-            }],
-        },
-        "Function": function,
-    });
-    for (name, _, value) in metrics {
-        line[*name] = (*value).into();
-    }
-    println!("{line}");
-}
-
-/// CloudWatch metric units the service uses.
-#[derive(Debug, Clone, Copy)]
-pub enum Unit {
-    Count,
-    Milliseconds,
-}
-
-impl Unit {
-    fn as_str(self) -> &'static str {
-        match self {
-            Unit::Count => "Count",
-            Unit::Milliseconds => "Milliseconds",
-        }
     }
 }
 

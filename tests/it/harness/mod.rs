@@ -6,6 +6,7 @@ mod app;
 mod cleanup;
 mod helpers;
 mod modes;
+mod process;
 mod proxy;
 mod routes;
 mod sqs;
@@ -16,6 +17,7 @@ pub use helpers::{
     error_of, reserve_req, reserved_event, settings, unique_name, voucher_code, wait_for,
 };
 pub use modes::{Broker, Mode};
+pub use process::{sample, ServerProcess};
 pub use proxy::Proxy;
 pub use routes::{path, Request};
 pub use sqs::create_queues;

@@ -114,7 +114,7 @@ impl Kafka {
         // request.
         let limit = self.timeout.max(Duration::from_secs(30));
         let options = AdminOptions::new().operation_timeout(Some(limit));
-        let results = bounded(BROKER, limit * 2, async {
+        let results = bounded(BROKER, "create_topics", limit * 2, async {
             admin
                 .create_topics(&topics, &options)
                 .await

@@ -28,6 +28,7 @@ impl Kafka {
         );
         let lag = bounded(
             BROKER,
+            "lag",
             self.timeout,
             blocking(move || {
                 // Serves a pending token refresh (IAM auth): this client is never polled else.

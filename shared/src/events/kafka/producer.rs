@@ -58,7 +58,7 @@ impl Kafka {
         P: rdkafka::message::ToBytes + ?Sized,
     {
         let producer = self.producer()?;
-        bounded(BROKER, self.timeout, async {
+        bounded(BROKER, "publish", self.timeout, async {
             producer
                 .send(record, Timeout::After(self.timeout))
                 .await

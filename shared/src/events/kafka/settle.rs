@@ -3,8 +3,8 @@
 
 use super::Kafka;
 use crate::events::{Landing, Sink};
+use crate::telemetry;
 use crate::telemetry::Chain;
-use crate::telemetry::{emit_metrics, Unit};
 
 /// One record as the consumer needs it, whoever delivered it.
 pub struct Record<'a> {
@@ -32,7 +32,7 @@ impl Kafka {
                 Landing::Landed => true,
                 Landing::Poison(reason) => {
                     tracing::warn!(partition = r.partition, offset = r.offset, error = %reason, "record to the dead-letter topic");
-                    emit_metrics("consumer", &[("DeadLettered", Unit::Count, 1)]);
+                    metrics::counter!(telemetry::metrics::DEAD_LETTERED).increment(1);
                     match self.dead_letter(r.key, r.payload, &reason).await {
                         Ok(()) => true,
                         Err(e) => {
