@@ -17,7 +17,7 @@
 //! voucher. For mode B it also reports the events still to land when the sale ends and how fast
 //! the consumer drains them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use loadtest::Scratch;
+use loadtest::{server_view, Scratch};
 use plotters::prelude::*;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -379,6 +379,7 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
         count(Kind::Retry),
         count(Kind::Conflict)
     );
+    let metrics_before = server_view::scrape(http, base).await;
     let answers = offer(
         http,
         reserve_requests(base, &code, &planned),
@@ -387,6 +388,12 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
         "reserve",
     )
     .await;
+    // The server's view of the same burst: what its /metrics moved by (another client's
+    // reserves at the same time would be counted too).
+    let server = match (metrics_before, server_view::scrape(http, base).await) {
+        (Some(before), Some(after)) => Some(after.since(&before)),
+        _ => None,
+    };
 
     // --- checks ------------------------------------------------------------------------
     let mut problems = Vec::new();
@@ -556,7 +563,14 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
     let html_path = format!("{}/flash-sale.html", args.out);
     std::fs::write(
         &html_path,
-        report_html(&code, args, &answers, &winners, &summary_json)?,
+        report_html(
+            &code,
+            args,
+            &answers,
+            &winners,
+            server.as_ref(),
+            &summary_json,
+        )?,
     )?;
     println!("wrote {json_path} and {html_path}");
 
@@ -585,6 +599,7 @@ fn report_html(
     args: &Args,
     answers: &[Answer],
     winners: &[(String, i64, Duration)],
+    server: Option<&server_view::Scrape>,
     summary: &Value,
 ) -> anyhow::Result<String> {
     let span = answers
@@ -659,12 +674,71 @@ fn report_html(
          {latency}\
          <h2>Uses allocated over time</h2>\
          {allocation}\
+         <h2>The client's view and the server's</h2>{views}\
          <h2>Summary</h2><pre>{json}</pre></body></html>",
+        views = views_html(answers, server),
         uses = args.uses,
         rate = args.rate,
         dur = args.duration,
         json = serde_json::to_string_pretty(summary).unwrap_or_default().replace('<', "&lt;"),
     ))
+}
+
+/// The outcome counts and latency as the client saw them, beside the server's own (its
+/// `/metrics` over the burst): the two should agree on every count, and the server's latency
+/// should be the client's less the network and the client's own queueing.
+fn views_html(answers: &[Answer], server: Option<&server_view::Scrape>) -> String {
+    let mut client: BTreeMap<String, f64> = BTreeMap::new();
+    for a in answers {
+        *client.entry(a.outcome()).or_default() += 1.0;
+    }
+    let Some(server) = server else {
+        return format!(
+            "<p>The server exports no <code>/metrics</code> (run it with <code>flashgate serve</code>): \
+             only the client's counts.</p><pre>{client:#?}</pre>"
+        );
+    };
+    let mut rows = String::new();
+    let outcomes: std::collections::BTreeSet<&String> =
+        client.keys().chain(server.outcomes.keys()).collect();
+    for outcome in outcomes {
+        let c = client.get(outcome).copied().unwrap_or(0.0);
+        let s = server.outcomes.get(outcome).copied().unwrap_or(0.0);
+        let mark = if c == s { "" } else { " style=\"color:#b00\"" };
+        rows.push_str(&format!(
+            "<tr{mark}><td>{outcome}</td><td>{c}</td><td>{s}</td></tr>"
+        ));
+    }
+    let h = histogram(&answers.iter().collect::<Vec<_>>());
+    let bound = |q: f64| match server.quantile_bound(q) {
+        Some(le) if le.is_finite() => format!("&le; {} ms", le * 1000.0),
+        Some(_) => "above the largest bucket".to_owned(),
+        None => "-".to_owned(),
+    };
+    let mut buckets = String::new();
+    let mut below = 0.0;
+    for (le, n) in &server.buckets {
+        let label = if le.is_finite() {
+            format!("&le; {} ms", le * 1000.0)
+        } else {
+            "more".to_owned()
+        };
+        buckets.push_str(&format!("<tr><td>{label}</td><td>{}</td></tr>", n - below));
+        below = *n;
+    }
+    format!(
+        "<table border=1 cellpadding=4 style=\"border-collapse:collapse\">\
+         <tr><th>outcome</th><th>client</th><th>server (/metrics)</th></tr>{rows}</table>\
+         <p>p50: client {c50:.2} ms, server {s50}; p99: client {c99:.2} ms, server {s99} \
+         (the server's latency from its histogram's buckets, the client's from each answer).</p>\
+         <h3>The server's reserve latency histogram over the burst</h3>\
+         <table border=1 cellpadding=4 style=\"border-collapse:collapse\">\
+         <tr><th>bucket</th><th>answers</th></tr>{buckets}</table>",
+        c50 = ms(h.value_at_quantile(0.5)),
+        c99 = ms(h.value_at_quantile(0.99)),
+        s50 = bound(0.5),
+        s99 = bound(0.99),
+    )
 }
 
 /// One series of a report chart.
