@@ -4,7 +4,9 @@ The HTTP functions are reached on the API's real paths (the router in Cargo.toml
 reserve, replay, read, confirm and release. The event functions are invoked with the fixtures
 kept in tests/fixtures: migrate first, then the consumer with an SQS batch and the sweeper with
 an EventBridge scheduled event. Each step checks status codes and bodies; the first failure
-stops the run with a non-zero exit.
+stops the run with a non-zero exit. Last, the functions' metrics: what each invocation recorded
+left as CloudWatch embedded-metric-format documents on its stdout, aggregated per invocation,
+and they count exactly the requests made.
 
 Needs Postgres and Redis on their local defaults (scripts/services.sh) and `cargo lambda` on
 PATH (scripts/check-deploy.sh runs this with both). Standard library only.
@@ -161,23 +163,94 @@ def scenario():
         fail(f"sweeper did not expire the reservation: {report} {swept}")
 
 
+def emf_documents(path):
+    """The embedded-metric-format documents the functions wrote, from the emulator's output."""
+    documents = []
+    with open(path, encoding="utf-8", errors="replace") as output:
+        for line in output:
+            start = line.find('{"_aws"')
+            if start < 0:
+                continue
+            try:
+                documents.append(json.loads(line[start:]))
+            except json.JSONDecodeError:
+                continue
+    return documents
+
+
+def check_metrics(path):
+    documents = emf_documents(path)
+    if not documents:
+        fail("no embedded-metric-format document in the functions' output")
+    reserve = "POST /vouchers/{code}/reservations"
+
+    def total(name, **dimensions):
+        return sum(
+            d.get(name, 0)
+            for d in documents
+            if name in d and all(d.get(k) == v for k, v in dimensions.items())
+        )
+
+    # The reserve function: two RESERVED (the first and its replay, one invocation each) and
+    # one INVALID_REQUEST on SMOKE-SALE, one RESERVED on SMOKE-TTL.
+    got = {
+        "RESERVED": total("flashgate_requests_total", function="reserve", route=reserve, outcome="RESERVED"),
+        "INVALID_REQUEST": total(
+            "flashgate_requests_total", function="reserve", route=reserve, outcome="INVALID_REQUEST"
+        ),
+    }
+    if got != {"RESERVED": 3, "INVALID_REQUEST": 1}:
+        fail(f"reserve's request counts in its metrics: {got}")
+    landed = total("flashgate_events_landed_total", function="consumer", outcome="applied")
+    if landed != 1:
+        fail(f"the consumer's landed events in its metrics: {landed}")
+    expired = total("flashgate_sweep_items_total", function="sweeper", kind="expired")
+    if expired < 1:
+        fail(f"the sweeper's expired reservations in its metrics: {expired}")
+    for d in documents:
+        spec = d["_aws"]["CloudWatchMetrics"][0]
+        if spec["Namespace"] != "Flashgate" or "function" not in spec["Dimensions"][0]:
+            fail(f"a metric document outside the Flashgate namespace or without its function: {d}")
+        if not d.get("requestId"):
+            fail(f"a metric document without its invocation's requestId: {d}")
+    log(f"metrics: {len(documents)} embedded-metric-format documents, counts as sent")
+
+
 def main():
     command = ["cargo", "lambda", "watch", "--ignore-changes"]
     command += ["--invoke-address", "127.0.0.1", "--invoke-port", str(PORT)]
     for name, value in ENV.items():
         command += ["--env-var", f"{name}={value}"]
     log(f"starting cargo lambda watch on {BASE} (database {DATABASE})")
-    watch = subprocess.Popen(command, cwd=ROOT, start_new_session=True)
+    # The functions' stdout (their logs and metrics) comes out of the emulator's: kept to read
+    # the metrics back, and shown on failure.
+    output_path = os.path.join(ROOT, ".flashgate", f"smoke-watch-{RUN}.log")
+    os.makedirs(os.path.dirname(output_path), exist_ok=True)
+    output = open(output_path, "w", encoding="utf-8")
+    watch = subprocess.Popen(
+        command, cwd=ROOT, start_new_session=True, stdout=output, stderr=subprocess.STDOUT
+    )
+    passed = False
     try:
         wait_for_emulator(watch)
         scenario()
+        # The last invocation's documents are written as it ends: give the pipe a moment.
+        time.sleep(1)
+        output.flush()
+        check_metrics(output_path)
         log("all steps passed")
+        passed = True
     finally:
         os.killpg(watch.pid, signal.SIGTERM)
         try:
             watch.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(watch.pid, signal.SIGKILL)
+        output.close()
+        if not passed:
+            with open(output_path, encoding="utf-8", errors="replace") as shown:
+                sys.stderr.write(shown.read()[-20000:])
+        os.remove(output_path)
 
 
 if __name__ == "__main__":
