@@ -8,7 +8,7 @@ use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::{sample, unique_name, ServerProcess};
+use crate::harness::{sample, unique_name, ServerProcess, TestApp};
 
 const RESERVE: &str = "POST /vouchers/{code}/reservations";
 
@@ -135,6 +135,43 @@ async fn metrics_count_every_request_by_route_and_outcome() {
             &[("route", "GET /metrics"), ("outcome", "METRICS")]
         ) >= 1.0
     );
+}
+
+#[tokio::test]
+async fn every_answer_carries_its_request_id() {
+    let app = TestApp::spawn().await;
+    let id_of = |response: &reqwest::Response| {
+        response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    // The client's id comes back as sent, on a success and on an error alike.
+    for path in ["/health/live", "/vouchers/NOPE"] {
+        let response = app
+            .http
+            .get(format!("{}{path}", app.base))
+            .header("x-request-id", "checkout-7f3a")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(id_of(&response), "checkout-7f3a", "{path}");
+    }
+    // Without one (or with one too long to be an id), each request gets its own.
+    let mut ids = Vec::new();
+    for sent in [None, Some("x".repeat(200))] {
+        let mut request = app.http.get(format!("{}/health/live", app.base));
+        if let Some(sent) = sent {
+            request = request.header("x-request-id", sent);
+        }
+        let id = id_of(&request.send().await.unwrap());
+        assert!(
+            id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
+        ids.push(id);
+    }
+    assert_ne!(ids[0], ids[1]);
 }
 
 #[tokio::test]

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Query, Request, State};
-use axum::http::{header, Method, StatusCode, Uri};
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, MethodRouter};
@@ -610,18 +610,22 @@ fn route_label(method: &Method, matched: Option<&MatchedPath>) -> &'static str {
         .map_or("unmatched", |i| ROUTE_LABELS[i].as_str())
 }
 
-/// Where a request stands in the logs: every line written while it is served carries its
-/// `request_id` (in Lambda, also the runtime's `requestId` and `xrayTraceId`: its span is the
-/// parent of this one). The local server makes one unless the client sent `x-request-id`.
-fn request_span(req: &Request) -> tracing::Span {
-    let id = req
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
-        .map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_owned);
-    tracing::info_span!("request", request_id = %id)
+/// A request's id: the client's `x-request-id` when it sent a usable one (visible ASCII, at
+/// most 128 bytes), else a new one. Every log line written while the request is served carries
+/// it (in Lambda, under the runtime's span with `requestId` and `xrayTraceId`), and the answer
+/// sends it back in `x-request-id`, so a client's complaint leads to the server's lines.
+fn request_id(req: &Request) -> HeaderValue {
+    req.headers()
+        .get(REQUEST_ID)
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.to_str().is_ok())
+        .cloned()
+        .unwrap_or_else(|| {
+            HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string())
+                .expect("hex digits are a header value")
+        })
 }
+
+const REQUEST_ID: &str = "x-request-id";
 
 /// One JSON log line per request (route, code, orderId, outcome, status and latency) and its
 /// metrics: the outcome count and the latency, by route.
@@ -630,9 +634,11 @@ async fn log_request(req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let route = route_label(&method, req.extensions().get::<MatchedPath>());
-    let span = request_span(&req);
-    let response = next.run(req).instrument(span.clone()).await;
+    let id = request_id(&req);
+    let span = tracing::info_span!("request", request_id = id.to_str().unwrap_or_default());
+    let mut response = next.run(req).instrument(span.clone()).await;
     let _entered = span.enter();
+    response.headers_mut().insert(REQUEST_ID, id);
     let mut segments = path.split('/').skip(1);
     let code = match segments.next() {
         Some("vouchers") => segments.next().map(str::to_ascii_uppercase),
