@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
 
 use super::metrics::{
     describe, BATCH_BUCKETS, BATCH_SIZE, DEPENDENCY_BUCKETS, DEPENDENCY_DURATION, EVENT_LAG,
@@ -12,6 +13,9 @@ use super::metrics::{
 };
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// How long a gauge no one sets stays exported: ten sweeps at the default interval.
+const GAUGE_IDLE: Duration = Duration::from_secs(600);
 
 /// Installs the Prometheus recorder as the process's recorder, once (later calls do nothing),
 /// and starts its upkeep on the current Tokio runtime.
@@ -35,7 +39,11 @@ pub fn install() {
             )
         })
         .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), BATCH_BUCKETS))
-        .expect("the bucket lists are not empty");
+        .expect("the bucket lists are not empty")
+        // A gauge is a voucher's remaining uses, set by each sweep while its gate is loaded:
+        // one no sweep has set for GAUGE_IDLE belongs to a retired gate, and leaves the
+        // registry (else every flash voucher ever sold would stay in /metrics).
+        .idle_timeout(MetricKindMask::GAUGE, Some(GAUGE_IDLE));
     let recorder = builder.build_recorder();
     let handle = recorder.handle();
     if metrics::set_global_recorder(recorder).is_err() {
