@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Two builds of `flashgate` side by side in one run, with wrk: what a change costs on the hot
+# paths. For each build, in turns (A B B A, so that a drift of the machine during the run
+# weighs on both alike): the `/health/live` ceiling, all-winners reserves on a flash voucher,
+# and reserves on a sold-out flash voucher.
+#
+#   ./loadtest/wrk/builds.sh OLD_BINARY NEW_BINARY
+#   DURATION=5s CONNECTIONS=64 ./loadtest/wrk/builds.sh /tmp/flashgate-old target/release/flashgate
+#
+# Build the old binary from a worktree of the older commit (`git worktree add /tmp/old REV`,
+# then `cargo build --release --bin flashgate` there and copy it out). Each server gets a
+# database and Redis key prefix of its own (fg_bench_builds_a, _b), and stops at the end.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+[ $# -eq 2 ] || { sed -n 2,12p "$0"; exit 2; }
+OLD=$1 NEW=$2
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 1; }
+./scripts/services.sh >/dev/null
+
+servers=""
+trap 'kill $servers 2>/dev/null; wait $servers 2>/dev/null' EXIT
+start() { # NAME BINARY PORT
+  local db=fg_bench_builds_$1
+  psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+  env DATABASE_URL=postgres://postgres@127.0.0.1:5432/$db REDIS_KEY_PREFIX=$db: PORT=$3 \
+    SWEEP_INTERVAL_SECONDS=0 RUST_LOG=warn "$2" serve >>"/tmp/$db.log" 2>&1 &
+  servers="$servers $!"
+  for _ in $(seq 150); do curl -sf "http://127.0.0.1:$3/health" >/dev/null && return; sleep 0.2; done
+  echo "server $1 did not start (see /tmp/$db.log)" >&2
+  exit 1
+}
+start a "$OLD" 3960
+start b "$NEW" 3961
+
+voucher() { # PORT CODE LIMIT
+  local now
+  now=$(date -u +%s)
+  curl -sf -XPOST -H 'content-type: application/json' "http://127.0.0.1:$1/vouchers" -d "{\"code\":\"$2\",
+    \"discountAmount\":1000,\"totalLimit\":$3,\"perUserLimit\":1000000,\"flashSale\":true,
+    \"startsAt\":\"$(date -u -d @$((now - 60)) +%FT%TZ)\",\"endsAt\":\"$(date -u -d @$((now + 3600)) +%FT%TZ)\"}" >/dev/null
+}
+
+rate() { # wrk output -> requests/s, p99 (ms)
+  awk '/Requests\/sec/ { r = $2 } /^ *99%/ { p = $2 } END { print r, p }'
+}
+
+run=$(date +%s)
+measure() { # NAME PORT CASE
+  local out code
+  case $3 in
+    ceiling) out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "http://127.0.0.1:$2/health/live") ;;
+    flash)
+      code=W$run$1$RANDOM
+      voucher "$2" "$code" 100000000
+      out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s loadtest/wrk/all-winners.lua "http://127.0.0.1:$2" -- "$code")
+      ;;
+    sold-out)
+      code=S$run$1$RANDOM
+      voucher "$2" "$code" 1
+      out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s loadtest/wrk/all-winners.lua "http://127.0.0.1:$2" -- "$code")
+      ;;
+  esac
+  echo "$1 $3 $(echo "$out" | rate)"
+}
+
+results=$(mktemp)
+for case in ceiling flash sold-out; do
+  for turn in "a 3960" "b 3961" "b 3961" "a 3960"; do
+    # shellcheck disable=SC2086
+    measure $turn "$case" | tee -a "$results"
+  done
+done
+
+echo
+echo "| case | old req/s | new req/s | new / old | old p99 | new p99 |"
+echo "|---|---|---|---|---|---|"
+for case in ceiling flash sold-out; do
+  awk -v c="$case" '$2 == c { n[$1]++; r[$1] += $3; p[$1] = p[$1] " " $4 }
+    END { printf "| %s | %.0f | %.0f | %.3f | %s | %s |\n", c, r["a"]/n["a"], r["b"]/n["b"], r["b"]/r["a"], p["a"], p["b"] }' "$results"
+done
+rm -f "$results"
