@@ -74,6 +74,10 @@ pub async fn run_sweeper() -> Result<(), lambda_runtime::Error> {
 /// with Kafka settings, one MSK batch per invocation (see [`crate::events::kafka::Kafka::handle_msk`]).
 pub async fn run_consumer() -> Result<(), lambda_runtime::Error> {
     let metrics = observe("consumer")?;
+    // A batch makes a gate call per event (up to the event source's batch size, 100 by
+    // default), past the 100 samples a metric keeps per invocation: the consumer reports what
+    // landed and how late (`flashgate_events_landed_total`, `flashgate_event_lag_seconds`).
+    telemetry::metrics::time_dependencies(false);
     let app = app().await?;
     let app = &app;
     if let Some(kafka) = app.kafka() {
