@@ -332,6 +332,17 @@ async fn the_console_shows_a_sale_as_it_happens() {
     wait_text("outcome-OUT_OF_STOCK", (600 - LIMIT).to_string()).await;
     wait_text("outcome-total", "600".to_owned()).await;
     assert_eq!(text("state").await, "active");
+    // The list's row of the voucher agrees with its card.
+    let row = browser
+        .find(fantoccini::Locator::Css(&format!(
+            "tr[data-code=\"{code}\"]"
+        )))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(row.contains("300 / 300"), "the list shows {row:?}");
     // Remaining went down while the sale ran, not only from the limit to 0 at the end.
     assert!(
         seen.first() == Some(&LIMIT) && seen.iter().any(|n| *n > 0 && *n < LIMIT),
