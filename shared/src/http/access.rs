@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use secrecy::{ExposeSecret, SecretString};
 
 use super::error::ApiError;
-use super::ROUTES;
+use super::{route_index, ROUTES};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,12 +94,7 @@ fn same(a: &str, b: &str) -> bool {
 /// The access of the route a request matched; a request that matched none (404, 405) has
 /// nothing behind it to protect.
 fn access_of(method: &Method, path: Option<&MatchedPath>) -> Access {
-    path.and_then(|p| {
-        ROUTES
-            .iter()
-            .find(|r| r.path == p.as_str() && r.method == method.as_str())
-    })
-    .map_or(Access::Open, |r| r.access)
+    route_index(method, path).map_or(Access::Open, |i| ROUTES[i].access)
 }
 
 /// The token of `Authorization: Bearer <token>` (the scheme in any case).

@@ -599,16 +599,18 @@ static ROUTE_LABELS: LazyLock<Vec<String>> = LazyLock::new(|| {
         .collect()
 });
 
+/// The index in [`ROUTES`] of the route a request matched; None for a 404 or 405.
+pub(crate) fn route_index(method: &Method, matched: Option<&MatchedPath>) -> Option<usize> {
+    let path = matched?.as_str();
+    ROUTES
+        .iter()
+        .position(|r| r.path == path && r.method == method.as_str())
+}
+
 /// The metrics name of the route a request matched; `unmatched` for a 404 or 405 (a label per
 /// unknown path would let any client grow the series without bound).
 fn route_label(method: &Method, matched: Option<&MatchedPath>) -> &'static str {
-    matched
-        .and_then(|p| {
-            ROUTES
-                .iter()
-                .position(|r| r.path == p.as_str() && r.method == method.as_str())
-        })
-        .map_or("unmatched", |i| ROUTE_LABELS[i].as_str())
+    route_index(method, matched).map_or("unmatched", |i| ROUTE_LABELS[i].as_str())
 }
 
 /// A request's id: the client's `x-request-id` when it sent a usable one (visible ASCII, at
