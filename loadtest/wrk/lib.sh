@@ -15,9 +15,11 @@ prepare() {
 
 # serve PORT [SETTING=VALUE...]: a release server on PORT, in the background, with its log in
 # /tmp/$DB.log and no sweeper; returns once it answers. The servers stop when the runner exits.
+# `FLASHGATE_BIN` runs another build than this tree's (builds.sh).
 serve() {
   env DATABASE_URL=postgres://postgres@127.0.0.1:5432/$DB REDIS_KEY_PREFIX=$DB: PORT=$1 \
-    SWEEP_INTERVAL_SECONDS=0 RUST_LOG=warn "${@:2}" "$(target_dir)/release/flashgate" serve \
+    SWEEP_INTERVAL_SECONDS=0 RUST_LOG=warn "${@:2}" \
+    "${FLASHGATE_BIN:-$(target_dir)/release/flashgate}" serve \
     >>/tmp/$DB.log 2>&1 &
   servers="${servers:-} $!"
   for _ in $(seq 100); do curl -sf http://127.0.0.1:$1/health >/dev/null && return; sleep 0.2; done
