@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Two builds of `flashgate` side by side in one run, with wrk: what a change costs on the hot
 # paths. For each build, in turns (A B B A, so that a drift of the machine during the run
-# weighs on both alike): the `/health/live` ceiling, all-winners reserves on a flash voucher,
-# and reserves on a sold-out flash voucher.
+# weighs on both alike): the `/health/live` ceiling, all-winners reserves on a flash voucher
+# and on a standard one, and reserves on a sold-out flash voucher. CASES picks some of them.
 #
 #   ./loadtest/wrk/builds.sh OLD_BINARY NEW_BINARY
 #   DURATION=5s CONNECTIONS=64 ./loadtest/wrk/builds.sh /tmp/flashgate-old target/release/flashgate
@@ -32,24 +32,38 @@ start() { # NAME BINARY PORT: lib.sh's server, on a database of its own, from BI
 start a "$OLD" 3960
 start b "$NEW" 3961
 
-voucher() { # PORT CODE LIMIT
+voucher() { # PORT CODE LIMIT [FLASH]
   curl -sf -XPOST -H 'content-type: application/json' "http://127.0.0.1:$1/vouchers" -d "{\"code\":\"$2\",
-    \"discountAmount\":1000,\"totalLimit\":$3,\"perUserLimit\":1000000,\"flashSale\":true,
+    \"discountAmount\":1000,\"totalLimit\":$3,\"perUserLimit\":1000000,\"flashSale\":${4:-true},
     \"startsAt\":\"2020-01-01T00:00:00Z\",\"endsAt\":\"2099-01-01T00:00:00Z\"}" >/dev/null
 }
 
-rate() { # wrk output -> requests/s, p99 (ms)
-  awk '/Requests\/sec/ { r = $2 } /^ *99%/ { p = $2 } END { print r, p }'
+rate() { # wrk output -> requests/s, p99 (ms), requests
+  awk '/Requests\/sec/ { r = $2 } /^ *99%/ { p = $2 } / requests in / { n = $1 } END { print r, p, n }'
+}
+
+pg_ticks() { # CPU ticks (1/100 s) every Postgres process has used so far
+  local t=0 pid
+  for pid in $(pgrep -x postgres); do
+    t=$((t + $(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$t"
 }
 
 run=$(date +%s)
-measure() { # NAME PORT CASE
-  local out code
+measure() { # NAME PORT CASE: req/s, p99, and Postgres CPU per request (microseconds)
+  local out code before
+  before=$(pg_ticks)
   case $3 in
     ceiling) out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "http://127.0.0.1:$2/health/live") ;;
     flash)
       code=W$run$1$RANDOM
       voucher "$2" "$code" 100000000
+      out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s loadtest/wrk/all-winners.lua "http://127.0.0.1:$2" -- "$code")
+      ;;
+    standard)
+      code=T$run$1$RANDOM
+      voucher "$2" "$code" 100000000 false
       out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s loadtest/wrk/all-winners.lua "http://127.0.0.1:$2" -- "$code")
       ;;
     sold-out)
@@ -58,11 +72,12 @@ measure() { # NAME PORT CASE
       out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s loadtest/wrk/all-winners.lua "http://127.0.0.1:$2" -- "$code")
       ;;
   esac
-  echo "$1 $3 $(echo "$out" | rate)"
+  echo "$1 $3 $(echo "$out" | rate) $before $(pg_ticks)" |
+    awk '{ printf "%s %s %s %s %.1f\n", $1, $2, $3, $4, ($7 - $6) * 10000 / $5 }'
 }
 
 results=$(mktemp)
-for case in ceiling flash sold-out; do
+for case in ${CASES:-ceiling flash standard sold-out}; do
   for turn in "a 3960" "b 3961" "b 3961" "a 3960"; do
     # shellcheck disable=SC2086
     measure $turn "$case" | tee -a "$results"
@@ -70,10 +85,11 @@ for case in ceiling flash sold-out; do
 done
 
 echo
-echo "| case | old req/s | new req/s | new / old | old p99 | new p99 |"
-echo "|---|---|---|---|---|---|"
-for case in ceiling flash sold-out; do
-  awk -v c="$case" '$2 == c { n[$1]++; r[$1] += $3; p[$1] = p[$1] " " $4 }
-    END { printf "| %s | %.0f | %.0f | %.3f | %s | %s |\n", c, r["a"]/n["a"], r["b"]/n["b"], r["b"]/r["a"], p["a"], p["b"] }' "$results"
+echo "| case | old req/s | new req/s | new / old | old p99 | new p99 | old pg µs/req | new pg µs/req |"
+echo "|---|---|---|---|---|---|---|---|"
+for case in ${CASES:-ceiling flash standard sold-out}; do
+  awk -v c="$case" '$2 == c { n[$1]++; r[$1] += $3; p[$1] = p[$1] " " $4; g[$1] += $5 }
+    END { printf "| %s | %.0f | %.0f | %.3f | %s | %s | %.1f | %.1f |\n", c, r["a"]/n["a"], r["b"]/n["b"],
+          r["b"]/r["a"], p["a"], p["b"], g["a"]/n["a"], g["b"]/n["b"] }' "$results"
 done
 rm -f "$results"

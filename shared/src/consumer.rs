@@ -1,8 +1,8 @@
 //! Mode B's consumer: merges `voucher-reserved` events into Postgres.
 //!
-//! A batch of messages is merged in one round trip and one transaction (`fg_merge_batch`, so one
-//! commit for the batch), each message with the lattice merge (`fg_merge`, `revoke = true`) in
-//! a savepoint of its own: a duplicate, a late event after a release or expiry, or events in any
+//! A batch of messages is merged in one round trip and one transaction (`fg_merge_set`, so one
+//! commit for the batch and a fixed handful of statements), each message with the lattice
+//! merge's outcome (`fg_merge`, `revoke = true`), as if in a savepoint of its own: a duplicate, a late event after a release or expiry, or events in any
 //! order change nothing twice, and a message that fails (bad JSON, an unknown voucher, a panic,
 //! a deadlock with another batch) fails alone, as poison (never lands) or to retry. Poison is
 //! what no retry can change: an event that does not parse or holds values out of the tables'

@@ -17,5 +17,6 @@ mod properties;
 mod roles;
 mod schema;
 mod server;
+mod set_merge;
 mod slots;
 mod sweeper;

@@ -1,7 +1,8 @@
 //! Group commit in a long-running process (`flashgate serve`): reserves that arrive while a
 //! batch is being written go together in the next one, in one round trip, one transaction and
 //! one commit, and each is answered after that commit. Standard reserves go as one
-//! `fg_reserve_batch`, mode A's flash winners as one `fg_merge_batch`.
+//! `fg_reserve_set`, mode A's flash winners as one `fg_merge_set`: set-based writes, a fixed
+//! handful of statements whatever the batch's size.
 //!
 //! A Lambda environment serves one request at a time, so there every batch holds one request:
 //! counter slots are what spread its winners. On by default (`GROUP_COMMIT_MAX`, at most

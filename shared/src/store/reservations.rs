@@ -1,10 +1,10 @@
-//! Reservations: validating and making them (standard mode, `fg_reserve_batch`), reading one
+//! Reservations: validating and making them (standard mode, `fg_reserve_set`), reading one
 //! and listing a voucher's.
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 
-use super::merge::plain_then_isolated;
+use super::merge::set_then_loop;
 use super::rows::{one_row_each, page_next, raised, row_facts};
 use super::Store;
 use crate::domain::{
@@ -133,15 +133,17 @@ impl Store {
         .await
     }
 
-    /// Many standard-mode reserves in one round trip and one transaction (`fg_reserve_batch`),
-    /// answered in the order given; the outer error: the call itself failed and none was
-    /// applied. Callers keep batches to [`MERGE_BATCH_MAX`](super::MERGE_BATCH_MAX).
+    /// Many standard-mode reserves in one round trip and one transaction (`fg_reserve_strict`:
+    /// a fixed handful of statements for the whole batch, or when the requests depend on one
+    /// another's order, a second round trip with the loop of `fg_reserve` calls), answered in the order given; the
+    /// outer error: the call itself failed and none was applied. Callers keep batches to
+    /// [`MERGE_BATCH_MAX`](super::MERGE_BATCH_MAX).
     pub async fn reserve_batch(
         &self,
         requests: &[(&Reserve, DateTime<Utc>)],
     ) -> Result<Vec<Result<Reservation, ReserveError>>, StoreError> {
         timed(Dependency::Postgres, "reserve_batch", async {
-            plain_then_isolated(|isolate| self.run_reserve_batch(requests, isolate)).await
+            set_then_loop(|looped| self.run_reserve_batch(requests, looped)).await
         })
         .await
     }
@@ -149,7 +151,7 @@ impl Store {
     async fn run_reserve_batch(
         &self,
         requests: &[(&Reserve, DateTime<Utc>)],
-        isolate: bool,
+        looped: bool,
     ) -> Result<Vec<Result<Reservation, ReserveError>>, StoreError> {
         let codes: Vec<&str> = requests.iter().map(|(r, _)| r.code.as_str()).collect();
         let orders: Vec<&str> = requests.iter().map(|(r, _)| r.order_id.as_str()).collect();
@@ -160,16 +162,21 @@ impl Store {
             .client()
             .await?
             .query_typed(
-                "SELECT idx, outcome, customer_id, status, discount_amount, expires_at,
-                        error_code, error_message
-                   FROM fg_reserve_batch($1, $2, $3, $4, $5, $6)",
+                if looped {
+                    "SELECT idx, outcome, customer_id, status, discount_amount, expires_at,
+                            error_code, error_message
+                       FROM fg_reserve_batch($1, $2, $3, $4, $5, true)"
+                } else {
+                    "SELECT idx, outcome, customer_id, status, discount_amount, expires_at,
+                            error_code, error_message
+                       FROM fg_reserve_strict($1, $2, $3, $4, $5)"
+                },
                 &[
                     (&codes, Type::TEXT_ARRAY),
                     (&orders, Type::TEXT_ARRAY),
                     (&customers, Type::INT8_ARRAY),
                     (&amounts, Type::INT8_ARRAY),
                     (&nows, Type::TIMESTAMPTZ_ARRAY),
-                    (&isolate, Type::BOOL),
                 ],
             )
             .await?;
@@ -215,7 +222,7 @@ impl Store {
     }
 }
 
-/// One row of `fg_reserve_batch`: the reservation, or the refusal or error it came to.
+/// One row of `fg_reserve_set`: the reservation, or the refusal or error it came to.
 fn reserved(r: &Reserve, row: &tokio_postgres::Row) -> Result<Reservation, ReserveError> {
     if let Some(raised) = raised(row) {
         // A refusal fg_merge found under lock, or an error.
