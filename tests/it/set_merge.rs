@@ -157,14 +157,7 @@ async fn merge(db: &Client, function: &str, changes: &[Change]) -> Result<Answer
     } else {
         "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11"
     };
-    let rows = db
-        .query_typed(
-            &format!("SELECT * FROM {function}({args}) ORDER BY idx"),
-            &params,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(rows.iter().map(answer).collect())
+    call(db, function, args, &params).await
 }
 
 async fn reserve(db: &Client, function: &str, requests: &[Request]) -> Result<Answers, String> {
@@ -189,10 +182,20 @@ async fn reserve(db: &Client, function: &str, requests: &[Request]) -> Result<An
     } else {
         "$1, $2, $3, $4, $5"
     };
+    call(db, function, args, &params).await
+}
+
+/// `function`'s answer rows, in order, as text.
+async fn call(
+    db: &Client,
+    function: &str,
+    args: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Answers, String> {
     let rows = db
         .query_typed(
             &format!("SELECT * FROM {function}({args}) ORDER BY idx"),
-            &params,
+            params,
         )
         .await
         .map_err(|e| e.to_string())?;
