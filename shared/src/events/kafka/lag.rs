@@ -1,10 +1,10 @@
 //! Events in flight for a voucher: its partition's high watermark less the consumer group's
 //! committed offset there, plus what this process has produced and not yet had acknowledged.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rdkafka::consumer::Consumer as _;
-use rdkafka::producer::Producer as _;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::client::blocking;
@@ -17,10 +17,7 @@ impl Kafka {
     /// process has produced that the brokers have not acknowledged.
     pub(super) async fn lag(&self, code: &VoucherCode) -> Result<u64, EventError> {
         let partition = self.partition_of(code.as_str()).await?;
-        let unacknowledged = match self.producer.lock().expect("producer lock").as_ref() {
-            Some(producer) => producer.in_flight_count().max(0) as u64,
-            None => 0,
-        };
+        let unacknowledged = self.unacknowledged.load(Ordering::Acquire);
         let (observer, topic, timeout) = (
             self.observer.clone(),
             self.settings.topic.clone(),

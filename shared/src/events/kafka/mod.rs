@@ -36,6 +36,7 @@ mod partitioner;
 mod producer;
 mod settle;
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -69,6 +70,10 @@ pub struct Kafka {
     /// idempotent producer that lost its producer id (a broker that forgot it) refuses every
     /// later record. A std Mutex: held only to clone or replace the `Arc`, never across an await.
     producer: Mutex<Option<Arc<FutureProducer<Context>>>>,
+    /// Records this process has handed to the producer whose send has not ended. Counted here
+    /// rather than read from librdkafka's queue length, which also counts queued events that
+    /// are not records (logs, statistics, errors) and would report a record that is not there.
+    unacknowledged: AtomicU64,
     /// Reads watermarks and the group's committed offsets; never joins the group.
     observer: Arc<BaseConsumer<Context>>,
     /// The topic's partition count, read once.
@@ -89,6 +94,7 @@ impl Kafka {
             timeout,
             context,
             producer: Mutex::new(None),
+            unacknowledged: AtomicU64::new(0),
             observer: Arc::new(observer),
             partitions: OnceLock::new(),
         })

@@ -1,6 +1,7 @@
 //! Producing: idempotent, `acks=all`, each send bounded by `EVENTS_TIMEOUT_MS`; the events to
 //! their voucher's partition, and what can never land to the dead-letter topic.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rdkafka::message::{Header, OwnedHeaders};
@@ -58,6 +59,7 @@ impl Kafka {
         P: rdkafka::message::ToBytes + ?Sized,
     {
         let producer = self.producer()?;
+        let _unacknowledged = Unacknowledged::count(&self.unacknowledged);
         bounded(BROKER, "publish", self.timeout, async {
             producer
                 .send(record, Timeout::After(self.timeout))
@@ -87,5 +89,23 @@ impl Kafka {
             record = record.payload(payload);
         }
         self.send_record(record).await
+    }
+}
+
+/// One record counted in [`Kafka::lag`] from before it is handed to the producer until its send
+/// ends, acknowledged, refused or given up at the timeout (a record given up on may still land
+/// within the send timeout, which a warm-up after a data loss waits out anyway).
+struct Unacknowledged<'a>(&'a AtomicU64);
+
+impl<'a> Unacknowledged<'a> {
+    fn count(counter: &'a AtomicU64) -> Self {
+        counter.fetch_add(1, Ordering::AcqRel);
+        Unacknowledged(counter)
+    }
+}
+
+impl Drop for Unacknowledged<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
