@@ -3,6 +3,7 @@
 # paths. For each build, in turns (A B B A, so that a drift of the machine during the run
 # weighs on both alike): the `/health/live` ceiling, all-winners reserves on a flash voucher
 # and on a standard one, and reserves on a sold-out flash voucher. CASES picks some of them.
+# Each turn also says the CPU Postgres and Redis spent per request (their processes' ticks).
 #
 #   ./loadtest/wrk/builds.sh OLD_BINARY NEW_BINARY
 #   DURATION=5s CONNECTIONS=64 ./loadtest/wrk/builds.sh /tmp/flashgate-old target/release/flashgate
@@ -42,18 +43,18 @@ rate() { # wrk output -> requests/s, p99 (ms), requests
   awk '/Requests\/sec/ { r = $2 } /^ *99%/ { p = $2 } / requests in / { n = $1 } END { print r, p, n }'
 }
 
-pg_ticks() { # CPU ticks (1/100 s) every Postgres process has used so far
+ticks() { # PROCESS_NAME: CPU ticks (1/100 s) every process of that name has used so far
   local t=0 pid
-  for pid in $(pgrep -x postgres); do
+  for pid in $(pgrep -x "$1"); do
     t=$((t + $(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)))
   done
   echo "$t"
 }
 
 run=$(date +%s)
-measure() { # NAME PORT CASE: req/s, p99, and Postgres CPU per request (microseconds)
-  local out code before
-  before=$(pg_ticks)
+measure() { # NAME PORT CASE: req/s, p99, and Postgres and Redis CPU per request (microseconds)
+  local out code before redis_before
+  before=$(ticks postgres) redis_before=$(ticks redis-server)
   case $3 in
     ceiling) out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "http://127.0.0.1:$2/health/live") ;;
     flash)
@@ -72,8 +73,8 @@ measure() { # NAME PORT CASE: req/s, p99, and Postgres CPU per request (microsec
       out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s loadtest/wrk/all-winners.lua "http://127.0.0.1:$2" -- "$code")
       ;;
   esac
-  echo "$1 $3 $(echo "$out" | rate) $before $(pg_ticks)" |
-    awk '{ printf "%s %s %s %s %.1f\n", $1, $2, $3, $4, ($7 - $6) * 10000 / $5 }'
+  echo "$1 $3 $(echo "$out" | rate) $before $(ticks postgres) $redis_before $(ticks redis-server)" |
+    awk '{ printf "%s %s %s %s %.1f %.1f\n", $1, $2, $3, $4, ($7 - $6) * 10000 / $5, ($9 - $8) * 10000 / $5 }'
 }
 
 results=$(mktemp)
@@ -85,11 +86,11 @@ for case in ${CASES:-ceiling flash standard sold-out}; do
 done
 
 echo
-echo "| case | old req/s | new req/s | new / old | old p99 | new p99 | old pg µs/req | new pg µs/req |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| case | old req/s | new req/s | new / old | old p99 | new p99 | old pg µs/req | new pg µs/req | old Redis µs/req | new Redis µs/req |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for case in ${CASES:-ceiling flash standard sold-out}; do
-  awk -v c="$case" '$2 == c { n[$1]++; r[$1] += $3; p[$1] = p[$1] " " $4; g[$1] += $5 }
-    END { printf "| %s | %.0f | %.0f | %.3f | %s | %s | %.1f | %.1f |\n", c, r["a"]/n["a"], r["b"]/n["b"],
-          r["b"]/r["a"], p["a"], p["b"], g["a"]/n["a"], g["b"]/n["b"] }' "$results"
+  awk -v c="$case" '$2 == c { n[$1]++; r[$1] += $3; p[$1] = p[$1] " " $4; g[$1] += $5; d[$1] += $6 }
+    END { printf "| %s | %.0f | %.0f | %.3f | %s | %s | %.1f | %.1f | %.1f | %.1f |\n", c, r["a"]/n["a"], r["b"]/n["b"],
+          r["b"]/r["a"], p["a"], p["b"], g["a"]/n["a"], g["b"]/n["b"], d["a"]/n["a"], d["b"]/n["b"] }' "$results"
 done
 rm -f "$results"

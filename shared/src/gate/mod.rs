@@ -26,8 +26,8 @@ use conn::Connector;
 pub use keys::Keys;
 pub use meta::GateMeta;
 use replies::{
-    parse_counts, parse_lookup, parse_patched, parse_removed, parse_reserve, parse_scan,
-    parse_validate,
+    parse_copy, parse_counts, parse_lookup, parse_patched, parse_removed, parse_reserve,
+    parse_scan, parse_validate,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +140,39 @@ pub struct ScanStep {
     pub actives: Vec<(String, i64)>,
 }
 
+/// What `copy.lua` reads besides the fields of a step. A copy of a voucher's orders is exact
+/// only if this reads the same before its first step and after its last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyHeader {
+    /// None: not loaded.
+    pub remaining: Option<i64>,
+    /// The `orders` hash's change counter (`lua/entry.lua`).
+    pub moves: i64,
+    /// The `orders` hash's field count: the bound on a copy's size.
+    pub size: i64,
+    pub per_user: Option<i64>,
+}
+
+/// What one `copy.lua` call reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyWhat {
+    Header,
+    Orders,
+    Users,
+}
+
+/// One bounded step of a copy of a voucher's orders (or customers' active uses) into the
+/// process (`lua/copy.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyStep {
+    pub header: CopyHeader,
+    /// Where the next step starts (0: the end); None for a header alone.
+    pub cursor: Option<u64>,
+    pub orders: Vec<(String, OrderEntry)>,
+    /// Customer, active uses.
+    pub users: Vec<(i64, i64)>,
+}
+
 /// Entries one scan step reads: small enough that a step holds Redis well under a millisecond
 /// (500 took 0.7 ms, and 3 to 4 ms while Redis was still rehashing a freshly grown hash, whose
 /// two tables a scan then reads: docs/BENCHMARKS.md). The walk is the fault path only.
@@ -175,6 +208,7 @@ pub struct Gate {
     repair: Script,
     counts: Script,
     scan: Script,
+    copy: Script,
     lookup: Script,
     trust: Script,
     lost: Script,
@@ -228,6 +262,7 @@ impl Gate {
             repair: script(&[ENTRY], include_str!("../../../lua/repair.lua")),
             counts: script(&[ENTRY], include_str!("../../../lua/counts.lua")),
             scan: script(&[ENTRY], include_str!("../../../lua/scan.lua")),
+            copy: script(&[ENTRY], include_str!("../../../lua/copy.lua")),
             unlock: Script::new(include_str!("../../../lua/unlock.lua")),
         })
     }
@@ -590,6 +625,37 @@ impl Gate {
             )
             .await?;
         parse_scan(&reply)
+    }
+
+    /// One step of a sold-out voucher's copy into the process (`lua/copy.lua`): `what` from
+    /// `cursor` (0 to start), [`SCAN_STEP`] fields at most, with the header read in the same
+    /// step.
+    pub async fn copy_step(
+        &self,
+        code: &VoucherCode,
+        what: CopyWhat,
+        cursor: u64,
+    ) -> Result<CopyStep, GateError> {
+        let k = self.keys(code);
+        let what_arg = match what {
+            CopyWhat::Header => "",
+            CopyWhat::Orders => "orders",
+            CopyWhat::Users => "users",
+        };
+        let reply: Vec<String> = self
+            .invoke(
+                "copy",
+                self.copy
+                    .key(&k.orders)
+                    .key(&k.users)
+                    .key(&k.remaining)
+                    .key(&k.meta)
+                    .arg(what_arg)
+                    .arg(cursor)
+                    .arg(SCAN_STEP),
+            )
+            .await?;
+        parse_copy(&reply, what)
     }
 
     /// Sets `remaining` to `to` only if it still reads `from`, no order is pending, no order

@@ -2,7 +2,8 @@
 //! [`GateError::Reply`], never a default.
 
 use super::{
-    GateCounts, GateError, GateReply, Lookup, OrderEntry, Patched, Removed, ScanStep, Trust,
+    CopyHeader, CopyStep, CopyWhat, GateCounts, GateError, GateReply, Lookup, OrderEntry, Patched,
+    Removed, ScanStep, Trust,
 };
 use crate::domain::{Held, ReserveOutcome};
 
@@ -47,6 +48,88 @@ pub(super) fn parse_reserve(reply: &[String]) -> Result<GateReply, GateError> {
     })
 }
 
+/// An order's entry as `lookup.lua` and `copy.lua` give it parsed: `{state, customer,
+/// reservedMs, expiresMs, discount, amount, version}`, state '' for no entry.
+fn parse_entry(fields: [&String; 7]) -> Result<Option<OrderEntry>, GateError> {
+    let [state, customer, reserved, expires, discount, amount, version] = fields;
+    Ok(match state.as_str() {
+        "" => None,
+        "A" => Some(OrderEntry::Active {
+            held: Held {
+                customer_id: num(customer)?,
+                reserved_ms: num(reserved)?,
+                expires_ms: num(expires)?,
+                discount: num(discount)?,
+            },
+            order_amount: num(amount)?,
+            rules_version: version_of(version)?,
+        }),
+        "R" if customer.is_empty() => Some(OrderEntry::Tombstone(None)),
+        "R" => Some(OrderEntry::Tombstone(Some(num(customer)?))),
+        other => return Err(GateError::Reply(format!("unknown entry state {other:?}"))),
+    })
+}
+
+/// `copy.lua`'s reply: `{remaining, moves, size, perUser, cursor, fields...}`, the fields
+/// being orders' entries (eight each) or customers' uses (two each) as `what` asked.
+pub(super) fn parse_copy(reply: &[String], what: CopyWhat) -> Result<CopyStep, GateError> {
+    let bad = || GateError::Reply(format!("{reply:?}"));
+    let [remaining, moves, size, per_user, cursor, fields @ ..] = reply else {
+        return Err(bad());
+    };
+    let header = CopyHeader {
+        remaining: match remaining.as_str() {
+            "" => None,
+            n => Some(num(n)?),
+        },
+        moves: num(moves)?,
+        size: num(size)?,
+        per_user: match per_user.as_str() {
+            "" => None,
+            n => Some(num(n)?),
+        },
+    };
+    let cursor = match cursor.as_str() {
+        "" => None,
+        c => Some(
+            c.parse()
+                .map_err(|_| GateError::Reply(format!("not a cursor: {c:?}")))?,
+        ),
+    };
+    let mut step = CopyStep {
+        header,
+        cursor,
+        orders: Vec::new(),
+        users: Vec::new(),
+    };
+    match what {
+        CopyWhat::Header if fields.is_empty() => {}
+        CopyWhat::Header => return Err(bad()),
+        CopyWhat::Orders => {
+            for f in fields.chunks(8) {
+                let [order, state, customer, reserved, expires, discount, amount, version] = f
+                else {
+                    return Err(bad());
+                };
+                let entry = parse_entry([
+                    state, customer, reserved, expires, discount, amount, version,
+                ])?
+                .ok_or_else(bad)?;
+                step.orders.push((order.clone(), entry));
+            }
+        }
+        CopyWhat::Users => {
+            for f in fields.chunks(2) {
+                let [customer, uses] = f else {
+                    return Err(bad());
+                };
+                step.users.push((num(customer)?, num(uses)?));
+            }
+        }
+    }
+    Ok(step)
+}
+
 /// `lookup.lua`'s reply: `{state, customer, reservedMs, expiresMs, discount, amount, uses,
 /// perUser, trust, replid, version}`.
 pub(super) fn parse_lookup(reply: &[String]) -> Result<Lookup, GateError> {
@@ -64,22 +147,9 @@ pub(super) fn parse_lookup(reply: &[String]) -> Result<Lookup, GateError> {
         }),
         other => return Err(GateError::Reply(format!("unknown trust {other:?}"))),
     };
-    let entry = match state.as_str() {
-        "" => None,
-        "A" => Some(OrderEntry::Active {
-            held: Held {
-                customer_id: num(customer)?,
-                reserved_ms: num(reserved)?,
-                expires_ms: num(expires)?,
-                discount: num(discount)?,
-            },
-            order_amount: num(amount)?,
-            rules_version: version_of(version)?,
-        }),
-        "R" if customer.is_empty() => Some(OrderEntry::Tombstone(None)),
-        "R" => Some(OrderEntry::Tombstone(Some(num(customer)?))),
-        other => return Err(GateError::Reply(format!("unknown entry state {other:?}"))),
-    };
+    let entry = parse_entry([
+        state, customer, reserved, expires, discount, amount, version,
+    ])?;
     let per_user = match per_user.as_str() {
         "" => None,
         n => Some(num(n)?),
@@ -165,6 +235,65 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn copy_replies_parse_or_fail_loudly() {
+        let header = CopyHeader {
+            remaining: Some(0),
+            moves: 7,
+            size: 3,
+            per_user: Some(1),
+        };
+        let alone = parse_copy(&s(&["0", "7", "3", "1", ""]), CopyWhat::Header).unwrap();
+        assert_eq!((alone.header, alone.cursor), (header, None));
+        let orders = parse_copy(
+            &s(&[
+                "0", "7", "3", "1", "12", "o1", "A", "42", "1000", "901000", "5", "70000", "3",
+                "o2", "R", "", "0", "0", "0", "0", "",
+            ]),
+            CopyWhat::Orders,
+        )
+        .unwrap();
+        assert_eq!(orders.cursor, Some(12));
+        assert_eq!(
+            orders.orders,
+            vec![
+                (
+                    "o1".to_owned(),
+                    OrderEntry::Active {
+                        held: Held {
+                            customer_id: 42,
+                            reserved_ms: 1000,
+                            expires_ms: 901000,
+                            discount: 5,
+                        },
+                        order_amount: 70000,
+                        rules_version: Some(3),
+                    }
+                ),
+                ("o2".to_owned(), OrderEntry::Tombstone(None)),
+            ]
+        );
+        let users = parse_copy(&s(&["", "0", "0", "", "0", "42", "1"]), CopyWhat::Users).unwrap();
+        assert_eq!(
+            (users.header.remaining, users.header.per_user, users.users),
+            (None, None, vec![(42, 1)])
+        );
+        assert!(
+            parse_copy(&s(&["0", "7", "3", "1", "0", "o1", "A"]), CopyWhat::Orders).is_err(),
+            "an entry cut short"
+        );
+        assert!(
+            parse_copy(
+                &s(&["0", "7", "3", "1", "0", "o1", "", "", "0", "0", "0", "0", ""]),
+                CopyWhat::Orders
+            )
+            .is_err(),
+            "an order without an entry"
+        );
+        assert!(parse_copy(&s(&["0", "7", "3", "1", "", "42"]), CopyWhat::Header).is_err());
+        assert!(parse_copy(&s(&["0", "7"]), CopyWhat::Users).is_err());
     }
 
     #[test]

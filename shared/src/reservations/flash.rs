@@ -2,13 +2,13 @@
 //! settling a granted use in Postgres (mode A) or on the queue (mode B). When Postgres does not
 //! take a use the gate just granted, the gate is corrected so the two agree again.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::group_commit::GroupCommit;
+use super::sold_out::{Recent, SoldOut};
 use super::{Parts, Warmup};
 use crate::domain::{
     Held, OrderId, Reservation, ReservationView, Reserve, ReserveOutcome, Status, Validate,
@@ -16,7 +16,7 @@ use crate::domain::{
 };
 use crate::errors::{FromGateError, GetReservationError, ReserveError, StoreError, WarmupError};
 use crate::events::{ReservedEvent, Transport};
-use crate::gate::{Gate, Lookup, OrderEntry, Removal, Trust};
+use crate::gate::{Gate, GateError, Lookup, OrderEntry, Removal, Trust};
 use crate::store::{Merge, MergeOutcome, Merged, Store};
 use crate::telemetry::metrics::SOLD_OUT_ANSWERS;
 use crate::telemetry::Chain;
@@ -33,37 +33,6 @@ pub(super) struct Flash {
     writes: GroupCommit,
 }
 
-/// The codes this process saw sold out, until when. A std Mutex: held for one map access,
-/// never across an await, and far cheaper than an async lock on the losers' hot path.
-#[derive(Clone)]
-struct SoldOut {
-    ttl: Duration,
-    until: Arc<Mutex<HashMap<String, Instant>>>,
-}
-
-impl SoldOut {
-    fn recently(&self, code: &VoucherCode) -> bool {
-        let map = self.until.lock().unwrap();
-        map.get(code.as_str())
-            .is_some_and(|until| Instant::now() < *until)
-    }
-
-    fn mark(&self, code: &VoucherCode) {
-        if self.ttl.is_zero() {
-            return;
-        }
-        let until = Instant::now() + self.ttl;
-        self.until
-            .lock()
-            .unwrap()
-            .insert(code.as_str().to_owned(), until);
-    }
-
-    fn clear(&self, code: &VoucherCode) {
-        self.until.lock().unwrap().remove(code.as_str());
-    }
-}
-
 impl Flash {
     pub(super) fn new(
         parts: Parts,
@@ -73,14 +42,11 @@ impl Flash {
     ) -> Flash {
         Flash {
             writes,
+            sold_out: SoldOut::new(sold_out_ttl, parts.gate.clone()),
             store: parts.store,
             gate: parts.gate,
             events: parts.events,
             warmup,
-            sold_out: SoldOut {
-                ttl: sold_out_ttl,
-                until: Arc::default(),
-            },
         }
     }
 
@@ -89,8 +55,19 @@ impl Flash {
         r: &Reserve,
         now: DateTime<Utc>,
     ) -> Result<Reservation, ReserveError> {
-        if self.sold_out.recently(&r.code) {
-            return self.answer_sold_out(r).await;
+        match self.sold_out.recently(&r.code) {
+            Recent::No => {}
+            Recent::Lookup => {
+                let seen = self
+                    .gate
+                    .lookup(&r.code, r.order_id.as_str(), Some(r.customer_id))
+                    .await;
+                return self.answer_sold_out(r, seen).await;
+            }
+            Recent::Copy(copy) => {
+                let seen = copy.lookup(r.order_id.as_str(), r.customer_id);
+                return self.answer_sold_out(r, Ok(seen)).await;
+            }
         }
         let order = r.order_id.as_str();
         let now_ms = now.timestamp_millis();
@@ -160,16 +137,17 @@ impl Flash {
         }
     }
 
-    /// Sold out a moment ago: answer without the gate's script. One read-only lookup still
-    /// tells a winner's retry apart (it gets its 201 again, not OUT_OF_STOCK) and refuses in the
-    /// order the script would (per-user limit before stock), so answers do not depend on which
-    /// path took the request.
-    async fn answer_sold_out(&self, r: &Reserve) -> Result<Reservation, ReserveError> {
+    /// Sold out a moment ago: answer without the gate's script, from what the gate holds for
+    /// this order and customer (`seen`: one read-only lookup, or the process's copy of it,
+    /// `sold_out.rs`). A winner's retry still gets its 201, not OUT_OF_STOCK, and refusals
+    /// come in the order the script's would (per-user limit before stock), so answers do not
+    /// depend on which path took the request.
+    async fn answer_sold_out(
+        &self,
+        r: &Reserve,
+        seen: Result<Lookup, GateError>,
+    ) -> Result<Reservation, ReserveError> {
         metrics::counter!(SOLD_OUT_ANSWERS).increment(1);
-        let seen = self
-            .gate
-            .lookup(&r.code, r.order_id.as_str(), Some(r.customer_id))
-            .await;
         let Ok(Lookup {
             entry,
             uses,

@@ -10,6 +10,7 @@
 mod flash;
 mod group_commit;
 mod patch;
+mod sold_out;
 mod warmup;
 
 use std::collections::HashMap;

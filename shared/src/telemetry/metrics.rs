@@ -26,7 +26,8 @@ pub const REQUEST_DURATION: &str = "flashgate_request_duration_seconds";
 pub const DEPENDENCY_DURATION: &str = "flashgate_dependency_duration_seconds";
 /// Changes written per group-commit round trip, by `writer`.
 pub const BATCH_SIZE: &str = "flashgate_group_commit_batch_size";
-/// Reserves answered by the sold-out short cut (a read-only lookup, not the reserve script).
+/// Reserves answered by the sold-out short cut (the process's copy or a read-only lookup, not
+/// the reserve script).
 pub const SOLD_OUT_ANSWERS: &str = "flashgate_sold_out_answers_total";
 /// Mode B events merged into Postgres, by `outcome`.
 pub const EVENTS_LANDED: &str = "flashgate_events_landed_total";
@@ -107,7 +108,7 @@ pub fn describe() {
     describe_counter!(
         SOLD_OUT_ANSWERS,
         Unit::Count,
-        "Reserves answered by the sold-out short cut: a read-only lookup, not the reserve script"
+        "Reserves answered by the sold-out short cut: the process's copy or a read-only lookup, not the reserve script"
     );
     describe_counter!(
         EVENTS_LANDED,
