@@ -43,6 +43,36 @@ CREATE TYPE public.fg_change AS (
 );
 
 --
+-- Name: fg_change_slots(text, smallint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_change_slots(p_code text, p_slots smallint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_k   SMALLINT;
+    held  RECORD;
+BEGIN
+    PERFORM 1 FROM voucher_slot s WHERE s.voucher_code = p_code ORDER BY s.slot FOR UPDATE;
+    SELECT s.slot, s.used, s.revoked INTO held
+      FROM voucher_slot s
+     WHERE s.voucher_code = p_code AND s.slot >= p_slots
+       AND (s.used > 0 OR s.confirmed > 0 OR s.revoked > 0)
+     ORDER BY s.slot
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG409', MESSAGE = 'SLOTS_IN_USE',
+              DETAIL = format('slot %s still holds %s uses', held.slot, held.used);
+    END IF;
+    SELECT x.counter_slots INTO v_k FROM voucher x WHERE x.code = p_code;
+    DELETE FROM voucher_slot s WHERE s.voucher_code = p_code AND s.slot >= p_slots;
+    INSERT INTO voucher_slot (voucher_code, slot, cap)
+    SELECT p_code, s, 0 FROM generate_series(v_k, p_slots - 1) AS s;
+    UPDATE voucher x SET counter_slots = p_slots WHERE x.code = p_code;
+END;
+$$;
+
+--
 -- Name: fg_check_slot_caps(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -644,17 +674,18 @@ END;
 $$;
 
 --
--- Name: fg_patch_voucher(text, bigint, bigint, smallint, bigint, bigint, integer, integer, timestamp with time zone, timestamp with time zone, boolean); Type: FUNCTION; Schema: public; Owner: -
+-- Name: fg_patch_voucher(text, bigint, bigint, smallint, bigint, bigint, integer, integer, timestamp with time zone, timestamp with time zone, boolean, smallint); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.fg_patch_voucher(p_code text, p_version bigint, p_discount_amount bigint, p_discount_percent smallint, p_max_discount bigint, p_min_order_amount bigint, p_total_limit integer, p_per_user_limit integer, p_starts_at timestamp with time zone, p_ends_at timestamp with time zone, p_active boolean) RETURNS TABLE(outcome text, version bigint)
+CREATE FUNCTION public.fg_patch_voucher(p_code text, p_version bigint, p_discount_amount bigint, p_discount_percent smallint, p_max_discount bigint, p_min_order_amount bigint, p_total_limit integer, p_per_user_limit integer, p_starts_at timestamp with time zone, p_ends_at timestamp with time zone, p_active boolean, p_counter_slots smallint) RETURNS TABLE(outcome text, version bigint)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
 DECLARE
     v  RECORD;
 BEGIN
-    SELECT x.version, x.total_limit INTO v FROM voucher x WHERE x.code = p_code FOR UPDATE;
+    SELECT x.version, x.total_limit, x.counter_slots INTO v
+      FROM voucher x WHERE x.code = p_code FOR UPDATE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'NOT_FOUND'::TEXT, NULL::BIGINT;
         RETURN;
@@ -663,7 +694,10 @@ BEGIN
         RETURN QUERY SELECT 'STALE'::TEXT, v.version;
         RETURN;
     END IF;
-    IF p_total_limit <> v.total_limit THEN
+    IF p_counter_slots IS NOT NULL AND p_counter_slots <> v.counter_slots THEN
+        PERFORM fg_change_slots(p_code, p_counter_slots);
+        PERFORM fg_resize_slots(p_code, p_total_limit);
+    ELSIF p_total_limit <> v.total_limit THEN
         PERFORM fg_resize_slots(p_code, p_total_limit);
     END IF;
     INSERT INTO voucher_rules (voucher_code, version, discount_amount, discount_percent,

@@ -161,6 +161,8 @@ pub enum PatchVoucherError {
     NotFound(String),
     #[error("totalLimit: {0}")]
     LimitBelowUsed(String),
+    #[error("counterSlots: {0}")]
+    SlotsInUse(String),
     /// Another change, or a load into the gate, holds the voucher's gate lock.
     #[error("another change to this voucher is in progress; retry shortly")]
     Busy,

@@ -11,6 +11,7 @@ crate::in_modes!(
     {
         a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_limit_in_force,
         a_limit_below_the_uses_held_is_refused_and_changes_nothing,
+        the_counter_slots_change_under_concurrent_reserves_and_never_lose_a_use,
         a_paused_voucher_refuses_new_uses_and_keeps_the_old_ones_working,
         a_new_discount_applies_to_new_reservations_only,
         percentages_round_down_and_stop_at_the_cap,
@@ -114,6 +115,91 @@ async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(reserve_many(&app, "LIMITS", 2_000, 2_005).await, 1);
     assert_counts(&app, "LIMITS", flash, limit + 20, limit + 20).await;
+}
+
+/// Each slot's counters and cap, in slot order: (slot, cap, used).
+async fn slots(app: &TestApp, code: &str) -> Vec<(i16, i32, i32)> {
+    app.db
+        .query(
+            "SELECT slot, cap, used FROM voucher_slot WHERE voucher_code = $1 ORDER BY slot",
+            &[&code],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+async fn the_counter_slots_change_under_concurrent_reserves_and_never_lose_a_use(mode: Mode) {
+    let app = spawn(mode).await;
+    let flash = mode.flash;
+    app.voucher("SLOTS", 40, json!({"counterSlots": 1})).await;
+    let mut held = granted(&app, "SLOTS", 1, 11).await;
+    assert_eq!(held.len(), 10);
+
+    // 60 customers want the 30 uses left while the one slot becomes sixteen: whenever the
+    // change lands, exactly the 30 are granted.
+    let reserves = {
+        let app = app.clone();
+        tokio::spawn(async move { granted(&app, "SLOTS", 100, 160).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let (status, body) = app
+        .patch_voucher("SLOTS", json!({"counterSlots": 16}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["counterSlots"], 16);
+    held.extend(reserves.await.unwrap());
+    assert_eq!(held.len(), 40);
+    assert_counts(&app, "SLOTS", flash, 40, 40).await;
+    let now = slots(&app, "SLOTS").await;
+    assert_eq!(now.len(), 16);
+    let sum = |slots: &[(i16, i32, i32)], f: fn(&(i16, i32, i32)) -> i32| {
+        slots.iter().map(|s| i64::from(f(s))).sum::<i64>()
+    };
+    assert_eq!(sum(&now, |s| s.1), 40, "caps sum to the limit");
+    assert_eq!(sum(&now, |s| s.2), 40);
+
+    // Every use back, then 20 taken again across the sixteen slots: the first four slots have
+    // room for 12 of them, so fewer slots would drop some that count uses. Refused, nothing
+    // written.
+    for order in held.drain(..) {
+        assert_eq!(app.release("SLOTS", &order).await.0, StatusCode::NO_CONTENT);
+    }
+    let again = granted(&app, "SLOTS", 200, 220).await;
+    assert_eq!(again.len(), 20);
+    let before = app.snapshot().await;
+    let (status, body) = app.patch_voucher("SLOTS", json!({"counterSlots": 4})).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("SLOTS_IN_USE")),
+        "{body}"
+    );
+    assert!(
+        body["message"].as_str().unwrap().contains("counterSlots"),
+        "{body}"
+    );
+    assert_eq!(app.snapshot().await, before, "nothing written");
+
+    // Once those uses are back too, the slots shrink, with a new limit in the same change.
+    for order in &again {
+        assert_eq!(app.release("SLOTS", order).await.0, StatusCode::NO_CONTENT);
+    }
+    let (status, body) = app
+        .patch_voucher("SLOTS", json!({"counterSlots": 4, "totalLimit": 30}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (&body["counterSlots"], &body["totalLimit"]),
+        (&json!(4), &json!(30))
+    );
+    assert_eq!(
+        slots(&app, "SLOTS").await,
+        vec![(0, 8, 0), (1, 8, 0), (2, 7, 0), (3, 7, 0)]
+    );
+    assert_eq!(reserve_many(&app, "SLOTS", 1_000, 1_050).await, 30);
+    assert_counts(&app, "SLOTS", flash, 30, 30).await;
 }
 
 async fn a_limit_below_the_uses_held_is_refused_and_changes_nothing(mode: Mode) {
@@ -579,6 +665,8 @@ async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_no
         ("patch: endsAt in the past", patch("BAD", json!({"endsAt": "2000-01-01T00:00:00Z"})), invalid, "endsAt"),
         ("patch: startsAt not a time", patch("BAD", json!({"startsAt": "yesterday"})), invalid, "startsAt"),
         ("patch: endsAt past year 9999", patch("BAD", json!({"endsAt": "+10000-01-01T00:00:00Z"})), invalid, "endsAt"),
+        ("patch: counterSlots zero", patch("BAD", json!({"counterSlots": 0})), invalid, "counterSlots"),
+        ("patch: more counterSlots than uses", patch("BAD", json!({"counterSlots": 11})), invalid, "counterSlots"),
         ("patch: no such voucher", patch("NOPE", json!({"active": false})), not_found, "NOPE"),
         ("validate: customerId zero", validate("BAD", json!({"customerId": 0, "orderAmount": 1})), invalid, "customerId"),
         ("validate: no orderAmount", validate("BAD", json!({"customerId": 1})), invalid, "orderAmount"),

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::discount::percent_of;
 use super::time::instant;
 use super::voucher::in_range;
-use super::{amount, Discount, Invalid, VoucherRules, MAX_TOTAL_LIMIT};
+use super::{amount, Discount, Invalid, VoucherRules, MAX_COUNTER_SLOTS, MAX_TOTAL_LIMIT};
 
 /// `PATCH /vouchers/{code}` body, as received: every field optional, none may be `null` but
 /// `maxDiscountAmount`, where `null` removes the cap (hence the double Option: absent, null, a
@@ -33,6 +33,8 @@ pub struct PatchVoucherRequest {
     pub max_discount_amount: Option<Option<i64>>,
     #[serde(default, deserialize_with = "not_null")]
     pub min_order_amount: Option<i64>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub counter_slots: Option<i64>,
 }
 
 /// A field that is present must hold a value (absent is `None`; `null` is refused).
@@ -66,6 +68,9 @@ pub struct VoucherPatch {
     pub discount_percent: Option<i16>,
     pub max_discount_amount: Option<Option<i64>>,
     pub min_order_amount: Option<i64>,
+    /// Counter slots the limit is split into (docs/ARCHITECTURE.md, "Counter slots"); checked
+    /// against the new limit by [`VoucherPatch::slots`].
+    pub counter_slots: Option<i16>,
 }
 
 impl TryFrom<PatchVoucherRequest> for VoucherPatch {
@@ -103,11 +108,31 @@ impl TryFrom<PatchVoucherRequest> for VoucherPatch {
                 .min_order_amount
                 .map(|a| amount("minOrderAmount", a))
                 .transpose()?,
+            counter_slots: r
+                .counter_slots
+                .map(|k| in_range("counterSlots", k, 1, MAX_COUNTER_SLOTS).map(|k| k as i16))
+                .transpose()?,
         })
     }
 }
 
 impl VoucherPatch {
+    /// The slot count this change asks for, when it differs from the voucher's `current` one;
+    /// as at creation, no more slots than the limit (`next` rules) has uses.
+    pub fn slots(&self, current: i16, next: &VoucherRules) -> Result<Option<i16>, Invalid> {
+        match self.counter_slots {
+            Some(k) if i64::from(k) > i64::from(next.total_limit) => Err(Invalid::new(
+                "counterSlots",
+                format!(
+                    "must be an integer from 1 to {}, the limit",
+                    next.total_limit
+                ),
+            )),
+            Some(k) if k != current => Ok(Some(k)),
+            _ => Ok(None),
+        }
+    }
+
     /// The voucher's rules after this change.
     pub fn apply(&self, current: &VoucherRules) -> Result<VoucherRules, Invalid> {
         let current_cap = match current.discount {
@@ -255,8 +280,34 @@ mod tests {
             (r#"{"discountPercent": 101}"#, "discountPercent"),
             (r#"{"maxDiscountAmount": -1}"#, "maxDiscountAmount"),
             (r#"{"minOrderAmount": -1}"#, "minOrderAmount"),
+            (r#"{"counterSlots": 0}"#, "counterSlots"),
+            (r#"{"counterSlots": 65}"#, "counterSlots"),
         ] {
             assert_eq!(patch(json).unwrap_err().field, field, "{json}");
         }
+    }
+
+    #[test]
+    fn a_slot_count_is_asked_only_when_it_changes_and_fits_the_new_limit() {
+        let slots = |json: &str, current: i16| {
+            let request: PatchVoucherRequest = serde_json::from_str(json).unwrap();
+            let change = VoucherPatch::try_from(request).unwrap();
+            let next = change.apply(&rules()).unwrap();
+            change.slots(current, &next)
+        };
+        assert_eq!(slots("{}", 4), Ok(None));
+        assert_eq!(slots(r#"{"counterSlots": 4}"#, 4), Ok(None));
+        assert_eq!(slots(r#"{"counterSlots": 32}"#, 4), Ok(Some(32)));
+        assert_eq!(slots(r#"{"counterSlots": 1}"#, 4), Ok(Some(1)));
+        assert_eq!(
+            slots(r#"{"counterSlots": 8, "totalLimit": 5}"#, 1)
+                .unwrap_err()
+                .field,
+            "counterSlots"
+        );
+        assert_eq!(
+            slots(r#"{"counterSlots": 5, "totalLimit": 5}"#, 1),
+            Ok(Some(5))
+        );
     }
 }

@@ -75,8 +75,10 @@ pub(super) fn in_range(field: &'static str, v: i64, lo: i64, hi: i64) -> Result<
     }
 }
 
-/// What a voucher's rules are; everything here but the code, the TTL, the slots and the kind
-/// can be changed later with [`VoucherPatch`](super::VoucherPatch).
+/// What a voucher's rules are, all of which can be changed later with
+/// [`VoucherPatch`](super::VoucherPatch), as can the counter slots (kept apart: they are how
+/// Postgres counts, not what a reserve is granted under); the code, the TTL and the kind never
+/// change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VoucherRules {
     pub discount: Discount,

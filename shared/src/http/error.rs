@@ -204,6 +204,9 @@ impl From<PatchVoucherError> for ApiError {
             PatchVoucherError::LimitBelowUsed(_) => {
                 ApiError::new(StatusCode::CONFLICT, "LIMIT_BELOW_USED", message)
             }
+            PatchVoucherError::SlotsInUse(_) => {
+                ApiError::new(StatusCode::CONFLICT, "SLOTS_IN_USE", message)
+            }
             PatchVoucherError::Busy => ApiError::unavailable(message),
             PatchVoucherError::Unavailable(e) => e.into(),
             PatchVoucherError::Gate(e) => e.into(),

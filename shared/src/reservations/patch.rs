@@ -78,12 +78,15 @@ impl Reservations {
     ) -> Result<bool, PatchVoucherError> {
         let state = self.state(code).await?;
         let next = patch.apply(&state.rules)?;
-        if next == state.rules {
+        let slots = patch.slots(state.counter_slots, &next)?;
+        if next == state.rules && slots.is_none() {
             return Ok(true);
         }
         Ok(written(
             code,
-            self.store.patch_voucher(code, state.version, &next).await?,
+            self.store
+                .patch_voucher(code, state.version, &next, slots)
+                .await?,
         )?
         .is_some())
     }
@@ -119,7 +122,8 @@ impl Reservations {
         // Read under the lock: no other change of this voucher runs now.
         let state = self.state(code).await?;
         let next = patch.apply(&state.rules)?;
-        if next == state.rules {
+        let slots = patch.slots(state.counter_slots, &next)?;
+        if next == state.rules && slots.is_none() {
             return Ok(true);
         }
         let ttl = state.reservation_ttl_seconds;
@@ -145,7 +149,11 @@ impl Reservations {
         }
 
         // 2. Postgres.
-        let version = match self.store.patch_voucher(code, state.version, &next).await {
+        let version = match self
+            .store
+            .patch_voucher(code, state.version, &next, slots)
+            .await
+        {
             Ok(outcome) => match written(code, outcome) {
                 Ok(Some(version)) => version,
                 refused => {
@@ -202,6 +210,9 @@ fn written(code: &VoucherCode, outcome: PatchOutcome) -> Result<Option<i64>, Pat
         PatchOutcome::NotFound => Err(PatchVoucherError::NotFound(code.as_str().to_owned())),
         PatchOutcome::LimitBelowUsed(detail) => Err(PatchVoucherError::LimitBelowUsed(format!(
             "below the uses held ({detail})"
+        ))),
+        PatchOutcome::SlotsInUse(detail) => Err(PatchVoucherError::SlotsInUse(format!(
+            "fewer slots would remove one that still counts uses ({detail})"
         ))),
     }
 }

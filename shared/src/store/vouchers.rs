@@ -26,6 +26,7 @@ pub struct VoucherState {
     pub rules: VoucherRules,
     pub version: i64,
     pub reservation_ttl_seconds: i32,
+    pub counter_slots: i16,
 }
 
 /// The rules some events were granted under: each voucher's current rules, and the earlier
@@ -78,6 +79,9 @@ pub enum PatchOutcome {
     NotFound,
     /// The uses held exceed the new limit: nothing written. Postgres' detail.
     LimitBelowUsed(String),
+    /// A slot the change would remove still counts something: nothing written. Postgres'
+    /// detail.
+    SlotsInUse(String),
 }
 
 /// The voucher view's columns, for one voucher or a page of them. The counts are the counters
@@ -246,7 +250,7 @@ impl Store {
                 .query_typed(
                     "SELECT discount_amount, discount_percent, max_discount_amount, min_order_amount,
                             total_limit, per_user_limit, starts_at, ends_at, active, version,
-                            reservation_ttl_seconds
+                            reservation_ttl_seconds, counter_slots
                        FROM voucher WHERE code = $1",
                     &[(&code.as_str(), Type::TEXT)],
                 )
@@ -255,18 +259,20 @@ impl Store {
                 rules: voucher_rules(row),
                 version: row.get("version"),
                 reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
+                counter_slots: row.get("counter_slots"),
             }))
         })
         .await
     }
 
-    /// Writes `rules` as the voucher's, if it is still at `version` (`fg_patch_voucher`, one
-    /// round trip and one transaction).
+    /// Writes `rules` as the voucher's, and `slots` as its counter slots when given, if it is
+    /// still at `version` (`fg_patch_voucher`, one round trip and one transaction).
     pub async fn patch_voucher(
         &self,
         code: &VoucherCode,
         version: i64,
         rules: &VoucherRules,
+        slots: Option<i16>,
     ) -> Result<PatchOutcome, StoreError> {
         timed(Dependency::Postgres, "patch_voucher", async {
             let (amount, percent, cap) = rules.discount.columns();
@@ -275,7 +281,7 @@ impl Store {
                 .await?
                 .query_typed(
                     "SELECT outcome, version
-                       FROM fg_patch_voucher($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                       FROM fg_patch_voucher($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                     &[
                         (&code.as_str(), Type::TEXT),
                         (&version, Type::INT8),
@@ -288,6 +294,7 @@ impl Store {
                         (&rules.starts_at, Type::TIMESTAMPTZ),
                         (&rules.ends_at, Type::TIMESTAMPTZ),
                         (&rules.active, Type::BOOL),
+                        (&slots, Type::INT2),
                     ],
                 )
                 .await;
@@ -295,10 +302,15 @@ impl Store {
                 Ok(rows) => rows,
                 Err(e) => {
                     if let Some(db) = e.as_db_error() {
-                        if db.code().code() == "FG409" && db.message() == "LIMIT_BELOW_USED" {
-                            return Ok(PatchOutcome::LimitBelowUsed(
-                                db.detail().unwrap_or_default().to_owned(),
-                            ));
+                        let detail = || db.detail().unwrap_or_default().to_owned();
+                        match (db.code().code(), db.message()) {
+                            ("FG409", "LIMIT_BELOW_USED") => {
+                                return Ok(PatchOutcome::LimitBelowUsed(detail()))
+                            }
+                            ("FG409", "SLOTS_IN_USE") => {
+                                return Ok(PatchOutcome::SlotsInUse(detail()))
+                            }
+                            _ => {}
                         }
                         // Resizing locks every slot in slot order; a batch of reserves that holds
                         // one slot and then waits for all (near sold out) can meet it head on.
