@@ -161,12 +161,16 @@ async fn the_counter_slots_change_under_concurrent_reserves_and_never_lose_a_use
     assert_eq!(sum(&now, |s| s.1), 40, "caps sum to the limit");
     assert_eq!(sum(&now, |s| s.2), 40);
 
-    // Every use back, then 20 taken again across the sixteen slots: the first four slots have
-    // room for 12 of them, so fewer slots would drop some that count uses. Refused, nothing
-    // written.
+    // Every use back. Where the room sits depends on when the change landed (had the 30 all
+    // been granted first, slot 0 would keep every cap), so a new limit spreads it again: three
+    // a slot. Then 20 taken across the sixteen slots: the first four have room for 12 of them,
+    // so fewer slots would drop some that count uses. Refused, nothing written.
     for order in held.drain(..) {
         assert_eq!(app.release("SLOTS", &order).await.0, StatusCode::NO_CONTENT);
     }
+    let (status, body) = app.patch_voucher("SLOTS", json!({"totalLimit": 48})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(slots(&app, "SLOTS").await.iter().all(|s| s.1 == 3));
     let again = granted(&app, "SLOTS", 200, 220).await;
     assert_eq!(again.len(), 20);
     let before = app.snapshot().await;
