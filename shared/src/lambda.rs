@@ -5,16 +5,35 @@
 //! carries its `requestId` and `xrayTraceId`) and the embedded-metric-format collector: what an
 //! invocation recorded leaves as EMF documents on stdout when it ends, aggregated over it,
 //! with the dimension `function` (docs/OBSERVABILITY.md).
+//!
+//! The HTTP functions run concurrently where Lambda lets them: on Lambda Managed Instances an
+//! execution environment takes up to `AWS_LAMBDA_MAX_CONCURRENCY` invocations at once
+//! (`PerExecutionEnvironmentMaxConcurrency`), and the runtime then polls with that many
+//! workers, which share the one [`App`]: its connection pool, its group commit and its
+//! sold-out copy serve them all. Without the variable (on-demand Lambda) it polls one at a
+//! time, as before.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Once;
+use std::task::{Context, Poll};
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::kafka::KafkaEvent;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use lambda_runtime::{service_fn, LambdaEvent};
+use lambda_runtime::layers::TracingLayer;
+use lambda_runtime::{service_fn, LambdaEvent, LambdaInvocation};
 use metrics_cloudwatch_embedded::lambda::service;
 use metrics_cloudwatch_embedded::Collector;
+use tower::{Layer, Service, ServiceExt};
 
 use crate::sweeper::SweepReport;
 use crate::{app::App, config::Settings, http, telemetry};
+
+/// The properties of an invocation's metrics that name it (see [`FlushLayer`]).
+const REQUEST_ID: &str = "requestId";
+const TRACE_ID: &str = "xrayTraceId";
 
 /// Built once per execution environment (cold start), then borrowed by every invocation.
 async fn app() -> Result<App, lambda_runtime::Error> {
@@ -24,13 +43,13 @@ async fn app() -> Result<App, lambda_runtime::Error> {
 
 /// Logs, and the metrics collector of `function` (its `function` dimension), installed as the
 /// process's recorder: once, at cold start, before anything records.
-fn observe(function: &'static str) -> Result<&'static Collector, lambda_runtime::Error> {
+pub fn observe(function: &'static str) -> Result<&'static Collector, lambda_runtime::Error> {
     telemetry::init();
     let collector = metrics_cloudwatch_embedded::Builder::new()
         .cloudwatch_namespace(telemetry::metrics::NAMESPACE)
         .with_dimension("function", function)
-        .with_lambda_request_id("requestId")
-        .with_lambda_xray_trace_id("xrayTraceId")
+        .with_lambda_request_id(REQUEST_ID)
+        .with_lambda_xray_trace_id(TRACE_ID)
         .lambda_cold_start_metric(telemetry::metrics::COLD_STARTS)
         .init()?;
     telemetry::metrics::describe();
@@ -43,12 +62,35 @@ pub async fn run(routes: http::Routes) -> Result<(), lambda_http::Error> {
         .function()
         .expect("a Lambda function serves one family");
     let metrics = observe(function)?;
-    let app = app().await?;
+    serve(metrics, app().await?, routes).await
+}
+
+/// The runtime loop of an HTTP function whose clients are built: invocations one at a time,
+/// or `AWS_LAMBDA_MAX_CONCURRENCY` at once on a managed instance, all on the one `app`.
+pub async fn serve(
+    metrics: &'static Collector,
+    app: App,
+    routes: http::Routes,
+) -> Result<(), lambda_http::Error> {
     if routes == http::Routes::Reserve {
         // At cold start (before a sale, with provisioned concurrency), not on a winner's path.
         app.connect_events().await;
     }
-    service::run_http(metrics, http::router(app, routes)).await
+    let router = http::router(app, routes);
+    // The router's answer, its body read whole, as `lambda_http` would read it: a response the
+    // concurrent runtime may hand between its workers (`Sync`), which axum's is not.
+    let handler = tower::service_fn(move |request: lambda_http::Request| {
+        let router = router.clone();
+        async move {
+            let Ok(response) = router.oneshot(request).await;
+            Ok::<_, Infallible>(lambda_http::IntoResponse::into_response(response).await)
+        }
+    });
+    lambda_runtime::Runtime::new(lambda_http::Adapter::from(handler))
+        .layer(TracingLayer::new())
+        .layer(FlushLayer::new(metrics))
+        .run_concurrent()
+        .await
 }
 
 /// The liveness function: `GET /health/live` and nothing else, with no settings read and no
@@ -135,4 +177,91 @@ pub async fn sweep_handler(
     _event: LambdaEvent<EventBridgeEvent<serde_json::Value>>,
 ) -> Result<SweepReport, lambda_runtime::Error> {
     Ok(app.sweeper().sweep().await?)
+}
+
+/// Whether this execution environment runs invocations concurrently (a managed instance).
+fn concurrent() -> bool {
+    std::env::var("AWS_LAMBDA_MAX_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .is_some_and(|n| n > 1)
+}
+
+/// What the collector's own layer does (the cold-start count, the invocation's ids on its
+/// metrics, a flush when it ends), for a service the concurrent runtime can clone into each of
+/// its workers, which the collector's own cannot be. With invocations side by side, a flush
+/// carries what every one of them recorded since the last, and no single request id names it:
+/// the ids are left off (docs/OBSERVABILITY.md).
+#[derive(Clone, Copy)]
+struct FlushLayer {
+    metrics: &'static Collector,
+    ids: bool,
+}
+
+impl FlushLayer {
+    fn new(metrics: &'static Collector) -> Self {
+        FlushLayer {
+            metrics,
+            ids: !concurrent(),
+        }
+    }
+}
+
+impl<S> Layer<S> for FlushLayer {
+    type Service = Flush<S>;
+
+    fn layer(&self, inner: S) -> Flush<S> {
+        Flush {
+            layer: *self,
+            inner,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Flush<S> {
+    layer: FlushLayer,
+    inner: S,
+}
+
+impl<S> Service<LambdaInvocation> for Flush<S>
+where
+    S: Service<LambdaInvocation>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, invocation: LambdaInvocation) -> Self::Future {
+        let metrics = self.layer.metrics;
+        if self.layer.ids {
+            metrics.set_property(REQUEST_ID, invocation.context.request_id.clone());
+            metrics.set_property(TRACE_ID, invocation.context.xray_trace_id.clone());
+        }
+        static COLD_START: Once = Once::new();
+        COLD_START.call_once(|| {
+            let count = metrics.write_single(
+                telemetry::metrics::COLD_STARTS,
+                Some(metrics::Unit::Count),
+                1,
+                std::io::stdout(),
+            );
+            if let Err(e) = count {
+                tracing::warn!(error = %e, "the cold start count was not written");
+            }
+        });
+        let done = self.inner.call(invocation);
+        Box::pin(async move {
+            let result = done.await;
+            if let Err(e) = metrics.flush(std::io::stdout()) {
+                tracing::warn!(error = %e, "metrics were not written");
+            }
+            result
+        })
+    }
 }
