@@ -41,8 +41,10 @@ struct RuntimeApi {
     polling: AtomicUsize,
     most_polling: AtomicUsize,
     all_polling: tokio::sync::watch::Sender<bool>,
-    /// Invocations handed out and not answered yet, and the most there ever were.
+    /// Invocations handed out and not answered yet, and the most there ever were: the first
+    /// answers wait until [`CONCURRENCY`] run at once (or 10 s pass).
     running: AtomicUsize,
+    all_running: tokio::sync::watch::Sender<bool>,
     most_running: AtomicUsize,
     next_id: AtomicUsize,
 }
@@ -58,6 +60,7 @@ impl RuntimeApi {
             most_polling: AtomicUsize::new(0),
             all_polling: tokio::sync::watch::Sender::new(false),
             running: AtomicUsize::new(0),
+            all_running: tokio::sync::watch::Sender::new(false),
             most_running: AtomicUsize::new(0),
             next_id: AtomicUsize::new(0),
         })
@@ -88,7 +91,14 @@ impl RuntimeApi {
         rx.await.expect("the function answers every invocation")
     }
 
-    fn answer(&self, id: &str, answer: Result<Value, Value>) {
+    async fn answer(&self, id: &str, answer: Result<Value, Value>) {
+        let mut all = self.all_running.subscribe();
+        if tokio::time::timeout(Duration::from_secs(10), all.wait_for(|all| *all))
+            .await
+            .is_err()
+        {
+            self.all_running.send_replace(true);
+        }
         self.running.fetch_sub(1, Ordering::SeqCst);
         let waiting = self.answers.lock().unwrap().remove(id);
         waiting.expect("an invocation handed out").send(answer).ok();
@@ -102,11 +112,20 @@ async fn next(State(api): State<Arc<RuntimeApi>>) -> (HeaderMap, String) {
     if polling >= CONCURRENCY {
         api.all_polling.send_replace(true);
     }
-    let _ = tokio::time::timeout(Duration::from_secs(10), all.wait_for(|all| *all)).await;
+    if tokio::time::timeout(Duration::from_secs(10), all.wait_for(|all| *all))
+        .await
+        .is_err()
+    {
+        // Never all at once: the test fails on `most_polling`; the rest need not wait.
+        api.all_polling.send_replace(true);
+    }
     let (id, event) = api.queue.lock().await.recv().await.unwrap();
     api.polling.fetch_sub(1, Ordering::SeqCst);
     let now = api.running.fetch_add(1, Ordering::SeqCst) + 1;
     api.most_running.fetch_max(now, Ordering::SeqCst);
+    if now >= CONCURRENCY {
+        api.all_running.send_replace(true);
+    }
     let deadline = chrono::Utc::now().timestamp_millis() + 10_000;
     let mut headers = HeaderMap::new();
     headers.insert("lambda-runtime-aws-request-id", id.parse().unwrap());
@@ -125,14 +144,16 @@ async fn next(State(api): State<Arc<RuntimeApi>>) -> (HeaderMap, String) {
 }
 
 async fn response(State(api): State<Arc<RuntimeApi>>, Path(id): Path<String>, body: Bytes) {
-    api.answer(&id, Ok(serde_json::from_slice(&body).unwrap()));
+    api.answer(&id, Ok(serde_json::from_slice(&body).unwrap()))
+        .await;
 }
 
 async fn error(State(api): State<Arc<RuntimeApi>>, Path(id): Path<String>, body: Bytes) {
     api.answer(
         &id,
         Err(serde_json::from_slice(&body).unwrap_or(Value::Null)),
-    );
+    )
+    .await;
 }
 
 /// The API Gateway (HTTP API, v2) event of a reserve, from the fixture the `it` tests use.
