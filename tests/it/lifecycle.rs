@@ -31,6 +31,7 @@ use serde_json::{json, Value};
 use shared::domain::Discount;
 
 use crate::harness::{self, error_of, path, Mode, Request, TestApp};
+use crate::slots::slots;
 
 async fn spawn(mode: Mode) -> Arc<TestApp> {
     Arc::new(TestApp::spawn_in(mode).await)
@@ -118,19 +119,6 @@ async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_
 }
 
 /// Each slot's counters and cap, in slot order: (slot, cap, used).
-async fn slots(app: &TestApp, code: &str) -> Vec<(i16, i32, i32)> {
-    app.db
-        .query(
-            "SELECT slot, cap, used FROM voucher_slot WHERE voucher_code = $1 ORDER BY slot",
-            &[&code],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect()
-}
-
 async fn the_counter_slots_change_under_concurrent_reserves_and_never_lose_a_use(mode: Mode) {
     let app = spawn(mode).await;
     let flash = mode.flash;

@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::harness::{error_of, postgres_base, unique_name, Cleanup, TestApp};
 
 /// `(slot, cap, used)` of every slot of a voucher, in slot order.
-async fn slots(app: &TestApp, code: &str) -> Vec<(i16, i32, i32)> {
+pub(crate) async fn slots(app: &TestApp, code: &str) -> Vec<(i16, i32, i32)> {
     app.db
         .query(
             "SELECT slot, cap, used FROM voucher_slot WHERE voucher_code = $1 ORDER BY slot",
