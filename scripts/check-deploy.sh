@@ -25,16 +25,22 @@ cfn-lint --include-checks I -- template.yaml
 log "sam validate --lint"
 sam validate --lint
 
-# Built as mode B on Kafka, the deployment with the most parts (MSK cluster, event source
-# mapping, on-failure queue); the functions are the same binaries in every mode.
-log "sam build (x86_64, ConsistencyMode=B, EventTransport=kafka)"
+# Built as mode B on Kafka on managed instances, the deployment with the most parts (MSK
+# cluster, event source mapping, on-failure queue, capacity provider); the functions are the
+# same binaries in every mode. `sam build` builds every function whatever the conditions, so
+# the on-demand functions and their managed-instance twins both come out of this one build.
+log "sam build (x86_64, ConsistencyMode=B, EventTransport=kafka, ExecutionModel=managed-instances)"
 sam build --parameter-overrides Architecture=x86_64 ConsistencyMode=B EventTransport=kafka \
-  --build-dir .flashgate/sam-build
-for fn in Reserve Confirm Release Admin Live Consumer Sweeper Migrate; do
-  bootstrap=".flashgate/sam-build/${fn}Function/bootstrap"
-  [ -x "$bootstrap" ] || { log "missing $bootstrap"; exit 1; }
+  ExecutionModel=managed-instances --build-dir .flashgate/sam-build
+# Every function of the built template names a directory with its bootstrap (twins share one,
+# `<function>-Shared`).
+code_uris=$(sed -n 's/^ *CodeUri: *//p' .flashgate/sam-build/template.yaml)
+for dir in $code_uris; do
+  [ -x ".flashgate/sam-build/$dir/bootstrap" ] || { log "missing $dir/bootstrap"; exit 1; }
 done
-log "built 8 functions into .flashgate/sam-build"
+functions=$(echo "$code_uris" | wc -l)
+[ "$functions" -eq 11 ] || { log "built $functions functions, expected 11"; exit 1; }
+log "built 11 functions (8 binaries) into .flashgate/sam-build"
 
 ./scripts/services.sh
 log "cargo lambda watch smoke test"

@@ -1,5 +1,6 @@
 //! The routes are declared four times: [`ROUTES`] (what the router serves), the
-//! `cargo lambda watch` router in the root Cargo.toml, the functions' events in template.yaml,
+//! `cargo lambda watch` router in the root Cargo.toml, template.yaml (the functions' events,
+//! and the order service's routes in the API's own definition),
 //! and the published API, docs/openapi.json. These tests fail as soon as one of them disagrees
 //! with the others, and prove that every entry of the table reaches its handler in its own
 //! function's router.
@@ -85,16 +86,55 @@ fn watch_router() -> Declared {
     declared
 }
 
+/// The function (its directory under `functions/`) of a template resource, by logical id.
+fn function_of(template: &serde_norway::Value, resource: &str) -> String {
+    let code_uri = template["Resources"][resource]["Properties"]["CodeUri"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{resource} is a function of template.yaml"));
+    code_uri.trim_start_matches("functions/").to_owned()
+}
+
+/// The resources an integration's `uri` names, `${Resource}` or `${Resource.Attribute}` in
+/// its `!Sub` strings; a SAM alias `<function>Alias<name>` stands for its function.
+fn named_functions(template: &serde_norway::Value, uri: &serde_norway::Value) -> BTreeSet<String> {
+    let text = serde_norway::to_string(uri).unwrap();
+    text.split("${")
+        .skip(1)
+        .filter_map(|s| s.split('}').next())
+        .map(|name| name.split('.').next().unwrap())
+        .filter(|name| !name.starts_with("AWS::"))
+        .map(|name| function_of(template, name.split("Alias").next().unwrap()))
+        .collect()
+}
+
 fn template() -> Declared {
     let template: serde_norway::Value =
         serde_norway::from_str(include_str!("../../../template.yaml")).unwrap();
     let mut declared = Declared::new();
-    for resource in template["Resources"].as_mapping().unwrap().values() {
+    // The routes the API declares itself (each to an on-demand function or its twin on managed
+    // instances): both targets must be the same function.
+    let paths = template["Resources"]["Api"]["Properties"]["DefinitionBody"]["paths"]
+        .as_mapping()
+        .expect("the API declares the order service's routes");
+    for (path, item) in paths {
+        for (method, operation) in item.as_mapping().unwrap() {
+            let uri = &operation["x-amazon-apigateway-integration"]["uri"];
+            let functions = named_functions(&template, uri);
+            let [function] = Vec::from_iter(functions).try_into().unwrap_or_else(|f| {
+                panic!("{method:?} {path:?} goes to one function in every model, not {f:?}")
+            });
+            declared.insert((
+                method.as_str().unwrap().to_ascii_uppercase(),
+                unnamed(path.as_str().unwrap()),
+                function,
+            ));
+        }
+    }
+    for (id, resource) in template["Resources"].as_mapping().unwrap() {
         if resource["Type"].as_str() != Some("AWS::Serverless::Function") {
             continue;
         }
-        let code_uri = resource["Properties"]["CodeUri"].as_str().unwrap();
-        let function = code_uri.trim_start_matches("functions/").to_owned();
+        let function = function_of(&template, id.as_str().unwrap());
         let Some(events) = resource["Properties"]["Events"].as_mapping() else {
             continue;
         };
