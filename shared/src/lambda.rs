@@ -245,23 +245,32 @@ where
         }
         static COLD_START: Once = Once::new();
         COLD_START.call_once(|| {
-            let count = metrics.write_single(
-                telemetry::metrics::COLD_STARTS,
-                Some(metrics::Unit::Count),
-                1,
-                std::io::stdout(),
-            );
-            if let Err(e) = count {
-                tracing::warn!(error = %e, "the cold start count was not written");
-            }
+            write_whole("the cold start count", |out| {
+                metrics.write_single(
+                    telemetry::metrics::COLD_STARTS,
+                    Some(metrics::Unit::Count),
+                    1,
+                    out,
+                )
+            });
         });
         let done = self.inner.call(invocation);
         Box::pin(async move {
             let result = done.await;
-            if let Err(e) = metrics.flush(std::io::stdout()) {
-                tracing::warn!(error = %e, "metrics were not written");
-            }
+            write_whole("metrics", |out| metrics.flush(out));
             result
         })
+    }
+}
+
+/// Writes what `write` produces to stdout in one piece. The collector writes a document in many
+/// small writes, each taking stdout's lock alone; with invocations side by side another one's
+/// log line could land in the middle, and neither line would parse.
+fn write_whole(what: &str, write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) {
+    let mut documents = Vec::new();
+    let written = write(&mut documents)
+        .and_then(|()| std::io::Write::write_all(&mut std::io::stdout().lock(), &documents));
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "{what} not written");
     }
 }
