@@ -118,7 +118,6 @@ async fn a_lower_and_a_higher_limit_under_concurrent_reserves_grant_exactly_the_
     assert_counts(&app, "LIMITS", flash, limit + 20, limit + 20).await;
 }
 
-/// Each slot's counters and cap, in slot order: (slot, cap, used).
 async fn the_counter_slots_change_under_concurrent_reserves_and_never_lose_a_use(mode: Mode) {
     let app = spawn(mode).await;
     let flash = mode.flash;
