@@ -289,12 +289,28 @@ BEGIN
                 UPDATE voucher_customer c SET active = c.active - 1
                  WHERE c.voucher_code = p_code AND c.customer_id = r.customer_id;
             ELSE
-                UPDATE redemption AS x SET slot = taken
-                 WHERE x.voucher_code = p_code AND x.order_id = p_order
-                RETURNING x.* INTO r;
-                IF new_st = 2 THEN
-                    UPDATE voucher_slot s SET confirmed = s.confirmed + 1
+                -- The budget last (lock order), read after the slot's lock: a budget added
+                -- meanwhile (under every slot's lock) is seen. A discount that does not fit
+                -- gives back the slot's use and the customer's.
+                UPDATE voucher_budget b SET used = b.used + r.discount_amount
+                 WHERE b.voucher_code = p_code
+                   AND (b.amount IS NULL OR b.used + r.discount_amount <= b.amount);
+                IF NOT FOUND
+                   AND EXISTS (SELECT 1 FROM voucher_budget b WHERE b.voucher_code = p_code) THEN
+                    refusal := 'BUDGET_EXHAUSTED';
+                    UPDATE voucher_slot s SET used = s.used - 1
                      WHERE s.voucher_code = p_code AND s.slot = taken;
+                    UPDATE voucher_customer c SET active = c.active - 1
+                     WHERE c.voucher_code = p_code AND c.customer_id = r.customer_id;
+                END IF;
+                IF refusal IS NULL THEN
+                    UPDATE redemption AS x SET slot = taken
+                     WHERE x.voucher_code = p_code AND x.order_id = p_order
+                    RETURNING x.* INTO r;
+                    IF new_st = 2 THEN
+                        UPDATE voucher_slot s SET confirmed = s.confirmed + 1
+                         WHERE s.voucher_code = p_code AND s.slot = taken;
+                    END IF;
                 END IF;
             END IF;
         END IF;
@@ -323,6 +339,8 @@ BEGIN
            SET used = s.used - 1,
                confirmed = s.confirmed - CASE WHEN old_st = 2 THEN 1 ELSE 0 END
          WHERE s.voucher_code = p_code AND s.slot = r.slot;
+        UPDATE voucher_budget b SET used = b.used - r.discount_amount
+         WHERE b.voucher_code = p_code;
     END IF;
 
     RETURN QUERY SELECT 'APPLIED'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
@@ -427,6 +445,8 @@ DECLARE
     rooms      BIGINT[];
     expected   INT;
     written    INT;
+    b_codes    TEXT[];
+    b_deltas   BIGINT[];
 BEGIN
     IF n = 0 THEN
         RETURN;
@@ -647,6 +667,32 @@ BEGIN
              GROUP BY m.code, m.slot) d
      WHERE x.voucher_code = d.code AND x.slot = d.slot;
 
+    -- Budgets, last (lock order): each budgeted voucher moved once, by its winners' discounts
+    -- or by its given-back uses' (never both: see above). Winners that do not fit together
+    -- depend on their order: the loop decides them.
+    SELECT array_agg(d.code ORDER BY d.code), array_agg(d.delta ORDER BY d.code)
+      INTO b_codes, b_deltas
+      FROM (SELECT c.code,
+                   sum(CASE WHEN c.kind = 'new_use' THEN c.discount ELSE -c.row_discount END) AS delta
+              FROM unnest(changes) c
+              JOIN voucher_budget b ON b.voucher_code = c.code
+             WHERE c.kind = 'new_use' AND c.slot IS NOT NULL
+                OR c.kind = 'release' AND c.old_status IN (1, 2)
+             GROUP BY c.code) d;
+    IF b_codes IS NOT NULL THEN
+        PERFORM 1 FROM voucher_budget b WHERE b.voucher_code = ANY (b_codes)
+         ORDER BY b.voucher_code
+           FOR UPDATE;
+        IF EXISTS (SELECT 1 FROM voucher_budget b
+                     JOIN unnest(b_codes, b_deltas) d(code, delta) ON b.voucher_code = d.code
+                    WHERE b.amount IS NOT NULL AND b.used + d.delta > b.amount) THEN
+            RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'new uses past the budget together';
+        END IF;
+        UPDATE voucher_budget b SET used = b.used + d.delta
+          FROM unnest(b_codes, b_deltas) d(code, delta)
+         WHERE b.voucher_code = d.code;
+    END IF;
+
     RETURN QUERY
     SELECT c.idx,
            CASE c.kind WHEN 'not_found' THEN 'NOT_FOUND'
@@ -674,15 +720,17 @@ END;
 $$;
 
 --
--- Name: fg_patch_voucher(text, bigint, bigint, smallint, bigint, bigint, integer, integer, timestamp with time zone, timestamp with time zone, boolean, smallint); Type: FUNCTION; Schema: public; Owner: -
+-- Name: fg_patch_voucher(text, bigint, bigint, smallint, bigint, bigint, integer, integer, timestamp with time zone, timestamp with time zone, boolean, smallint, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.fg_patch_voucher(p_code text, p_version bigint, p_discount_amount bigint, p_discount_percent smallint, p_max_discount bigint, p_min_order_amount bigint, p_total_limit integer, p_per_user_limit integer, p_starts_at timestamp with time zone, p_ends_at timestamp with time zone, p_active boolean, p_counter_slots smallint) RETURNS TABLE(outcome text, version bigint)
+CREATE FUNCTION public.fg_patch_voucher(p_code text, p_version bigint, p_discount_amount bigint, p_discount_percent smallint, p_max_discount bigint, p_min_order_amount bigint, p_total_limit integer, p_per_user_limit integer, p_starts_at timestamp with time zone, p_ends_at timestamp with time zone, p_active boolean, p_counter_slots smallint, p_budget_amount bigint) RETURNS TABLE(outcome text, version bigint)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
 DECLARE
-    v  RECORD;
+    v     RECORD;
+    bud   RECORD;
+    held  BIGINT;
 BEGIN
     SELECT x.version, x.total_limit, x.counter_slots INTO v
       FROM voucher x WHERE x.code = p_code FOR UPDATE;
@@ -699,6 +747,24 @@ BEGIN
         PERFORM fg_resize_slots(p_code, p_total_limit);
     ELSIF p_total_limit <> v.total_limit THEN
         PERFORM fg_resize_slots(p_code, p_total_limit);
+    END IF;
+    SELECT b.amount, b.used INTO bud FROM voucher_budget b WHERE b.voucher_code = p_code FOR UPDATE;
+    IF FOUND THEN
+        IF p_budget_amount < bud.used THEN
+            RAISE EXCEPTION USING ERRCODE = 'FG409', MESSAGE = 'BUDGET_BELOW_USED',
+                  DETAIL = format('%s is held', bud.used);
+        END IF;
+        UPDATE voucher_budget b SET amount = p_budget_amount
+         WHERE b.voucher_code = p_code AND b.amount IS DISTINCT FROM p_budget_amount;
+    ELSIF p_budget_amount IS NOT NULL THEN
+        PERFORM 1 FROM voucher_slot s WHERE s.voucher_code = p_code ORDER BY s.slot FOR UPDATE;
+        SELECT COALESCE(sum(r.discount_amount), 0) INTO held
+          FROM redemption r WHERE r.voucher_code = p_code AND r.status IN (1, 2);
+        IF p_budget_amount < held THEN
+            RAISE EXCEPTION USING ERRCODE = 'FG409', MESSAGE = 'BUDGET_BELOW_USED',
+                  DETAIL = format('%s is held', held);
+        END IF;
+        INSERT INTO voucher_budget (voucher_code, amount, used) VALUES (p_code, p_budget_amount, held);
     END IF;
     INSERT INTO voucher_rules (voucher_code, version, discount_amount, discount_percent,
                                max_discount_amount, min_order_amount, starts_at, ends_at,
@@ -896,6 +962,10 @@ BEGIN
                         WHEN NOT EXISTS (SELECT 1 FROM voucher_slot vs
                                           WHERE vs.voucher_code = v.code AND vs.used < vs.cap)
                              THEN 'OUT_OF_STOCK'
+                        WHEN b.amount - b.used
+                             < fg_discount(i.order_amount, v.discount_amount, v.discount_percent,
+                                           v.max_discount_amount)
+                             THEN 'BUDGET_EXHAUSTED'
                         ELSE 'ELIGIBLE' END AS outcome,
                    fg_discount(i.order_amount, v.discount_amount, v.discount_percent,
                                v.max_discount_amount) AS discount,
@@ -905,7 +975,8 @@ BEGIN
               LEFT JOIN redemption r ON r.voucher_code = i.code AND r.order_id = i.order_id
               LEFT JOIN voucher v ON v.code = i.code
               LEFT JOIN voucher_customer c
-                     ON c.voucher_code = i.code AND c.customer_id = i.customer) q;
+                     ON c.voucher_code = i.code AND c.customer_id = i.customer
+              LEFT JOIN voucher_budget b ON b.voucher_code = i.code) q;
 
     RETURN QUERY
     WITH m AS (
@@ -1035,14 +1106,21 @@ CREATE FUNCTION public.fg_validate(p_code text, p_customer bigint, p_order_amoun
 #variable_conflict use_column
 DECLARE
     s  RECORD;
+    d  BIGINT;
 BEGIN
     SELECT v.*, COALESCE(c.active, 0) AS customer_active,
            EXISTS (SELECT 1 FROM voucher_slot vs
-                    WHERE vs.voucher_code = v.code AND vs.used < vs.cap) AS has_room
+                    WHERE vs.voucher_code = v.code AND vs.used < vs.cap) AS has_room,
+           b.amount - b.used AS budget_left
       INTO s
       FROM voucher v
       LEFT JOIN voucher_customer c ON c.voucher_code = v.code AND c.customer_id = p_customer
+      LEFT JOIN voucher_budget b ON b.voucher_code = v.code
      WHERE v.code = p_code;
+    IF FOUND THEN
+        d := fg_discount(p_order_amount, s.discount_amount, s.discount_percent,
+                         s.max_discount_amount);
+    END IF;
     IF NOT FOUND THEN
         outcome := 'VOUCHER_NOT_FOUND';
     ELSIF NOT s.active THEN
@@ -1057,12 +1135,13 @@ BEGIN
         outcome := 'ALREADY_USED';
     ELSIF NOT s.has_room THEN
         outcome := 'OUT_OF_STOCK';
+    ELSIF s.budget_left < d THEN
+        outcome := 'BUDGET_EXHAUSTED';
     ELSE
         outcome := 'ELIGIBLE';
     END IF;
     IF outcome = 'ELIGIBLE' THEN
-        discount_amount := fg_discount(p_order_amount, s.discount_amount, s.discount_percent,
-                                       s.max_discount_amount);
+        discount_amount := d;
         reservation_ttl_seconds := s.reservation_ttl_seconds;
     END IF;
     RETURN NEXT;
@@ -1134,6 +1213,18 @@ CREATE TABLE public.voucher (
 );
 
 --
+-- Name: voucher_budget; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.voucher_budget (
+    voucher_code text NOT NULL,
+    amount bigint,
+    used bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT voucher_budget_amount_check CHECK (((amount >= 0) AND (amount <= '1000000000000000'::bigint))),
+    CONSTRAINT voucher_budget_used_within_amount CHECK (((used >= 0) AND ((amount IS NULL) OR (used <= amount))))
+);
+
+--
 -- Name: voucher_customer; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1186,6 +1277,13 @@ CREATE TABLE public.voucher_slot (
 
 ALTER TABLE ONLY public.redemption
     ADD CONSTRAINT redemption_pkey PRIMARY KEY (voucher_code, order_id);
+
+--
+-- Name: voucher_budget voucher_budget_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.voucher_budget
+    ADD CONSTRAINT voucher_budget_pkey PRIMARY KEY (voucher_code);
 
 --
 -- Name: voucher_customer voucher_customer_pkey; Type: CONSTRAINT; Schema: public; Owner: -

@@ -82,6 +82,8 @@ pub enum ReserveError {
     OutOfStock,
     #[error("customer has reached this voucher's per-user limit")]
     AlreadyUsed,
+    #[error("the voucher's budget left is smaller than this reserve's discount")]
+    BudgetExhausted,
     #[error("orderId already holds this voucher for another customer")]
     OrderConflict,
     #[error("this orderId's reservation was released; use a new orderId")]
@@ -121,6 +123,7 @@ impl ReserveError {
             O::MinOrderAmount => ReserveError::MinOrderAmount,
             O::AlreadyUsed => ReserveError::AlreadyUsed,
             O::OutOfStock => ReserveError::OutOfStock,
+            O::BudgetExhausted => ReserveError::BudgetExhausted,
         })
     }
 }
@@ -163,6 +166,8 @@ pub enum PatchVoucherError {
     LimitBelowUsed(String),
     #[error("counterSlots: {0}")]
     SlotsInUse(String),
+    #[error("budgetAmount: {0}")]
+    BudgetBelowUsed(String),
     /// Another change, or a load into the gate, holds the voucher's gate lock.
     #[error("another change to this voucher is in progress; retry shortly")]
     Busy,

@@ -6,6 +6,7 @@ mod harness;
 
 mod api;
 mod aws;
+mod budgets;
 mod events;
 mod flash;
 mod kafka;

@@ -155,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
                     starts_at: Utc::now() - chrono::Duration::minutes(1),
                     ends_at: Utc::now() + chrono::Duration::hours(1),
                     active: true,
+                    budget_amount: None,
                 },
                 flash_sale: kind == "flash",
                 reservation_ttl_seconds: 900,

@@ -193,6 +193,7 @@ async fn one_sale(args: &Args, app: &App, i: usize) -> anyhow::Result<Sale> {
                 starts_at: Utc::now() - chrono::Duration::minutes(1),
                 ends_at: Utc::now() + chrono::Duration::hours(1),
                 active: true,
+                budget_amount: None,
             },
             flash_sale: true,
             reservation_ttl_seconds: 1,

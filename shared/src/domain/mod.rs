@@ -55,9 +55,9 @@ pub use requests::{Reserve, ReserveRequest, Validate, ValidateRequest};
 pub use status::{active_delta, ReleaseReason, Status};
 pub use time::{instant, instant_ms, millis, rfc3339};
 pub use views::{
-    Confirmation, Eligibility, Reservation, ReservationItem, ReservationView, VoucherView,
+    Budget, Confirmation, Eligibility, Reservation, ReservationItem, ReservationView, VoucherView,
 };
 pub use voucher::{
-    counter_slots_for, CreateVoucherRequest, NewVoucher, VoucherRules, AUTO_COUNTER_SLOTS,
-    DEFAULT_TTL_SECONDS, MAX_COUNTER_SLOTS, MAX_TOTAL_LIMIT, MAX_TTL_SECONDS,
+    counter_slots_for, flash_budget, CreateVoucherRequest, NewVoucher, VoucherRules,
+    AUTO_COUNTER_SLOTS, DEFAULT_TTL_SECONDS, MAX_COUNTER_SLOTS, MAX_TOTAL_LIMIT, MAX_TTL_SECONDS,
 };

@@ -22,12 +22,14 @@ pub enum ReserveOutcome {
     MinOrderAmount,
     AlreadyUsed,
     OutOfStock,
+    /// The voucher's budget left is smaller than this reserve's discount.
+    BudgetExhausted,
     /// A validation found that a reserve now would be granted (nothing was taken).
     Eligible,
 }
 
 impl ReserveOutcome {
-    const ALL: [ReserveOutcome; 13] = [
+    const ALL: [ReserveOutcome; 14] = [
         ReserveOutcome::Reserved,
         ReserveOutcome::Replay,
         ReserveOutcome::OrderConflict,
@@ -40,6 +42,7 @@ impl ReserveOutcome {
         ReserveOutcome::MinOrderAmount,
         ReserveOutcome::AlreadyUsed,
         ReserveOutcome::OutOfStock,
+        ReserveOutcome::BudgetExhausted,
         ReserveOutcome::Eligible,
     ];
 
@@ -57,6 +60,7 @@ impl ReserveOutcome {
             ReserveOutcome::MinOrderAmount => "MIN_ORDER_AMOUNT",
             ReserveOutcome::AlreadyUsed => "ALREADY_USED",
             ReserveOutcome::OutOfStock => "OUT_OF_STOCK",
+            ReserveOutcome::BudgetExhausted => "BUDGET_EXHAUSTED",
             ReserveOutcome::Eligible => "ELIGIBLE",
         }
     }

@@ -35,6 +35,9 @@ pub struct PatchVoucherRequest {
     pub min_order_amount: Option<i64>,
     #[serde(default, deserialize_with = "not_null")]
     pub counter_slots: Option<i64>,
+    /// `null` removes the budget.
+    #[serde(default, deserialize_with = "present")]
+    pub budget_amount: Option<Option<i64>>,
 }
 
 /// A field that is present must hold a value (absent is `None`; `null` is refused).
@@ -71,6 +74,8 @@ pub struct VoucherPatch {
     /// Counter slots the limit is split into (docs/ARCHITECTURE.md, "Counter slots"); checked
     /// against the new limit by [`VoucherPatch::slots`].
     pub counter_slots: Option<i16>,
+    /// Some(None) removes the budget.
+    pub budget_amount: Option<Option<i64>>,
 }
 
 impl TryFrom<PatchVoucherRequest> for VoucherPatch {
@@ -111,6 +116,10 @@ impl TryFrom<PatchVoucherRequest> for VoucherPatch {
             counter_slots: r
                 .counter_slots
                 .map(|k| in_range("counterSlots", k, 1, MAX_COUNTER_SLOTS).map(|k| k as i16))
+                .transpose()?,
+            budget_amount: r
+                .budget_amount
+                .map(|b| b.map(|b| amount("budgetAmount", b)).transpose())
                 .transpose()?,
         })
     }
@@ -171,6 +180,7 @@ impl VoucherPatch {
             starts_at: self.starts_at.unwrap_or(current.starts_at),
             ends_at: self.ends_at.unwrap_or(current.ends_at),
             active: self.active.unwrap_or(current.active),
+            budget_amount: self.budget_amount.unwrap_or(current.budget_amount),
         };
         if next.ends_at <= next.starts_at {
             let field = if self.ends_at.is_some() {
@@ -206,6 +216,7 @@ mod tests {
             starts_at,
             ends_at: starts_at + chrono::Duration::hours(1),
             active: true,
+            budget_amount: None,
         }
     }
 

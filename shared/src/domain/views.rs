@@ -42,6 +42,29 @@ pub struct VoucherView {
     /// Uses the gate granted whose events have not landed yet (mode B), counted in
     /// `used_count` and `reserved_count` already: what a sale still owes Postgres.
     pub in_flight_count: i64,
+    /// The money budget, when the voucher has one.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+}
+
+/// A voucher's money budget: at most `budget_amount` in discounts over its active uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Budget {
+    pub budget_amount: i64,
+    /// The discounts of the RESERVED and CONFIRMED uses, summed.
+    pub budget_used: i64,
+    pub budget_remaining: i64,
+}
+
+impl Budget {
+    pub fn of(amount: i64, used: i64) -> Self {
+        Budget {
+            budget_amount: amount,
+            budget_used: used,
+            budget_remaining: amount - used,
+        }
+    }
 }
 
 /// The 200 of `POST /vouchers/{code}/validations`: a reserve now would be granted this discount.

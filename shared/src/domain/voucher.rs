@@ -50,6 +50,9 @@ pub struct CreateVoucherRequest {
     /// Counter slots the limit is split into; chosen from the limit when absent.
     #[serde(default)]
     pub counter_slots: Option<i64>,
+    /// The most the voucher's active uses may take in discounts, summed; none when absent.
+    #[serde(default)]
+    pub budget_amount: Option<i64>,
 }
 
 fn one() -> i64 {
@@ -62,6 +65,14 @@ fn yes() -> bool {
 
 fn default_ttl() -> i64 {
     DEFAULT_TTL_SECONDS
+}
+
+/// The gate does not keep money counters yet: a flash-sale voucher cannot have a budget.
+pub fn flash_budget() -> Invalid {
+    Invalid::new(
+        "budgetAmount",
+        "a flash-sale voucher cannot have a budget yet",
+    )
 }
 
 pub(super) fn in_range(field: &'static str, v: i64, lo: i64, hi: i64) -> Result<i32, Invalid> {
@@ -88,6 +99,9 @@ pub struct VoucherRules {
     pub starts_at: DateTime<Utc>,
     pub ends_at: DateTime<Utc>,
     pub active: bool,
+    /// The most the active uses may take in discounts, summed (docs/ARCHITECTURE.md,
+    /// "Budgets"); None: no budget.
+    pub budget_amount: Option<i64>,
 }
 
 /// A voucher that passed every rule; only this can be stored.
@@ -123,6 +137,13 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
                 MAX_COUNTER_SLOTS.min(r.total_limit),
             )?),
         };
+        let budget_amount = r
+            .budget_amount
+            .map(|b| amount("budgetAmount", b))
+            .transpose()?;
+        if r.flash_sale && budget_amount.is_some() {
+            return Err(flash_budget());
+        }
         Ok(NewVoucher {
             code,
             rules: VoucherRules {
@@ -133,6 +154,7 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
                 starts_at,
                 ends_at,
                 active: r.active,
+                budget_amount,
             },
             flash_sale: r.flash_sale,
             reservation_ttl_seconds: in_range(
@@ -175,6 +197,7 @@ mod tests {
             active: true,
             reservation_ttl_seconds: 900,
             counter_slots: None,
+            budget_amount: None,
         };
         assert!(NewVoucher::try_from(base()).is_ok());
         let field = |r: CreateVoucherRequest| NewVoucher::try_from(r).unwrap_err().field;

@@ -179,6 +179,7 @@ impl From<ReserveError> for ApiError {
             VoucherNotFound => ApiError::new(StatusCode::NOT_FOUND, "VOUCHER_NOT_FOUND", message),
             OutOfStock => ApiError::new(StatusCode::CONFLICT, "OUT_OF_STOCK", message),
             AlreadyUsed => ApiError::new(StatusCode::CONFLICT, "ALREADY_USED", message),
+            BudgetExhausted => ApiError::new(StatusCode::CONFLICT, "BUDGET_EXHAUSTED", message),
             OrderConflict => ApiError::new(StatusCode::CONFLICT, "ORDER_CONFLICT", message),
             Released => ApiError::new(StatusCode::CONFLICT, "RESERVATION_RELEASED", message),
             Inactive => ApiError::not_eligible("INACTIVE", message),
@@ -206,6 +207,9 @@ impl From<PatchVoucherError> for ApiError {
             }
             PatchVoucherError::SlotsInUse(_) => {
                 ApiError::new(StatusCode::CONFLICT, "SLOTS_IN_USE", message)
+            }
+            PatchVoucherError::BudgetBelowUsed(_) => {
+                ApiError::new(StatusCode::CONFLICT, "BUDGET_BELOW_USED", message)
             }
             PatchVoucherError::Busy => ApiError::unavailable(message),
             PatchVoucherError::Unavailable(e) => e.into(),

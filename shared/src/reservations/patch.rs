@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use super::Reservations;
-use crate::domain::{VoucherCode, VoucherPatch, VoucherView};
+use crate::domain::{flash_budget, VoucherCode, VoucherPatch, VoucherView};
 use crate::errors::{GetVoucherError, PatchVoucherError};
 use crate::gate::{GateMeta, Patched};
 use crate::store::{PatchOutcome, VoucherState};
@@ -122,6 +122,9 @@ impl Reservations {
         // Read under the lock: no other change of this voucher runs now.
         let state = self.state(code).await?;
         let next = patch.apply(&state.rules)?;
+        if next.budget_amount.is_some() {
+            return Err(flash_budget().into());
+        }
         let slots = patch.slots(state.counter_slots, &next)?;
         if next == state.rules && slots.is_none() {
             return Ok(true);
@@ -213,6 +216,9 @@ fn written(code: &VoucherCode, outcome: PatchOutcome) -> Result<Option<i64>, Pat
         ))),
         PatchOutcome::SlotsInUse(detail) => Err(PatchVoucherError::SlotsInUse(format!(
             "fewer slots would remove one that still counts uses ({detail})"
+        ))),
+        PatchOutcome::BudgetBelowUsed(detail) => Err(PatchVoucherError::BudgetBelowUsed(format!(
+            "below the discounts held ({detail})"
         ))),
     }
 }

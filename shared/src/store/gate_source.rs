@@ -72,6 +72,8 @@ impl Store {
                             v.min_order_amount, v.total_limit, v.starts_at, v.ends_at, v.per_user_limit,
                             v.reservation_ttl_seconds, v.active, v.version,
                             v.total_limit - fg_used(v.code) AS remaining,
+                            (SELECT b.amount FROM voucher_budget b
+                              WHERE b.voucher_code = v.code) AS budget_amount,
                             CASE WHEN $2 THEN
                               COALESCE((SELECT array_agg(c.customer_id ORDER BY c.customer_id)
                                           FROM voucher_customer c

@@ -22,6 +22,7 @@ pub(super) fn voucher_rules(row: &Row) -> VoucherRules {
         starts_at: row.get("starts_at"),
         ends_at: row.get("ends_at"),
         active: row.get("active"),
+        budget_amount: row.get("budget_amount"),
     }
 }
 

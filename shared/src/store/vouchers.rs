@@ -9,7 +9,8 @@ use tokio_postgres::{error::SqlState, types::Type};
 use super::rows::{page_next, voucher_rules};
 use super::Store;
 use crate::domain::{
-    Discount, GrantRules, NewVoucher, Page, VoucherCode, VoucherList, VoucherRules, VoucherView,
+    Budget, Discount, GrantRules, NewVoucher, Page, VoucherCode, VoucherList, VoucherRules,
+    VoucherView,
 };
 use crate::errors::{CreateVoucherError, GetVoucherError, ListError, StoreError};
 use crate::telemetry::metrics::{timed, Dependency};
@@ -82,6 +83,8 @@ pub enum PatchOutcome {
     /// A slot the change would remove still counts something: nothing written. Postgres'
     /// detail.
     SlotsInUse(String),
+    /// The discounts held exceed the new budget: nothing written. Postgres' detail.
+    BudgetBelowUsed(String),
 }
 
 /// The voucher view's columns, for one voucher or a page of them. The counts are the counters
@@ -91,8 +94,10 @@ const VOUCHER_VIEW: &str = "
     SELECT v.code, v.discount_amount, v.discount_percent, v.max_discount_amount,
            v.min_order_amount, v.total_limit, v.per_user_limit, v.starts_at, v.ends_at,
            v.flash_sale, v.active, v.reservation_ttl_seconds, v.counter_slots,
-           n.used, n.used - n.confirmed AS reserved, n.confirmed, n.revoked
+           n.used, n.used - n.confirmed AS reserved, n.confirmed, n.revoked,
+           b.amount AS budget_amount, b.used AS budget_used
       FROM voucher v
+      LEFT JOIN voucher_budget b ON b.voucher_code = v.code
      CROSS JOIN LATERAL (
            SELECT COALESCE(sum(s.used), 0)::int8 AS used,
                   COALESCE(sum(s.confirmed), 0)::int8 AS confirmed,
@@ -108,6 +113,8 @@ fn voucher_view(row: &tokio_postgres::Row) -> VoucherView {
     let (discount_amount, discount_percent, max_discount_amount) = discount.columns();
     let total: i64 = row.get::<_, i32>("total_limit").into();
     let used: i64 = row.get("used");
+    let budget_amount: Option<i64> = row.get("budget_amount");
+    let budget_used: Option<i64> = row.get("budget_used");
     VoucherView {
         code: row.get("code"),
         discount_amount,
@@ -128,6 +135,7 @@ fn voucher_view(row: &tokio_postgres::Row) -> VoucherView {
         confirmed_count: row.get("confirmed"),
         revoked_count: row.get("revoked"),
         in_flight_count: 0,
+        budget: budget_amount.map(|amount| Budget::of(amount, budget_used.unwrap_or(0))),
     }
 }
 
@@ -137,8 +145,8 @@ impl Store {
             let client = self.client().await?;
             let r = &v.rules;
             let (amount, percent, cap) = r.discount.columns();
-            // One statement, so one transaction: the voucher and its slots commit together, and
-            // the caps' sum is checked at that commit.
+            // One statement, so one transaction: the voucher, its slots and its budget commit
+            // together, and the caps' sum is checked at that commit.
             let rows = client
                 .query_typed(
                     "WITH v AS (
@@ -148,7 +156,10 @@ impl Store {
                                             reservation_ttl_seconds, counter_slots)
                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
                        ON CONFLICT (code) DO NOTHING
-                       RETURNING code, total_limit, counter_slots)
+                       RETURNING code, total_limit, counter_slots),
+                     b AS (
+                       INSERT INTO voucher_budget (voucher_code, amount)
+                       SELECT v.code, $14 FROM v WHERE $14::int8 IS NOT NULL)
                      SELECT v.code, fg_set_slots(v.code, v.total_limit, v.counter_slots) FROM v",
                     &[
                         (&v.code.as_str(), Type::TEXT),
@@ -164,6 +175,7 @@ impl Store {
                         (&r.active, Type::BOOL),
                         (&v.reservation_ttl_seconds, Type::INT4),
                         (&v.counter_slots, Type::INT2),
+                        (&r.budget_amount, Type::INT8),
                     ],
                 )
                 .await
@@ -191,6 +203,7 @@ impl Store {
                 confirmed_count: 0,
                 revoked_count: 0,
                 in_flight_count: 0,
+                budget: r.budget_amount.map(|amount| Budget::of(amount, 0)),
             })
         })
         .await
@@ -248,10 +261,12 @@ impl Store {
                 .client()
                 .await?
                 .query_typed(
-                    "SELECT discount_amount, discount_percent, max_discount_amount, min_order_amount,
-                            total_limit, per_user_limit, starts_at, ends_at, active, version,
-                            reservation_ttl_seconds, counter_slots
-                       FROM voucher WHERE code = $1",
+                    "SELECT v.discount_amount, v.discount_percent, v.max_discount_amount,
+                            v.min_order_amount, v.total_limit, v.per_user_limit, v.starts_at,
+                            v.ends_at, v.active, v.version, v.reservation_ttl_seconds,
+                            v.counter_slots, b.amount AS budget_amount
+                       FROM voucher v LEFT JOIN voucher_budget b ON b.voucher_code = v.code
+                      WHERE v.code = $1",
                     &[(&code.as_str(), Type::TEXT)],
                 )
                 .await?;
@@ -281,7 +296,8 @@ impl Store {
                 .await?
                 .query_typed(
                     "SELECT outcome, version
-                       FROM fg_patch_voucher($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                       FROM fg_patch_voucher($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+                                             $13)",
                     &[
                         (&code.as_str(), Type::TEXT),
                         (&version, Type::INT8),
@@ -295,6 +311,7 @@ impl Store {
                         (&rules.ends_at, Type::TIMESTAMPTZ),
                         (&rules.active, Type::BOOL),
                         (&slots, Type::INT2),
+                        (&rules.budget_amount, Type::INT8),
                     ],
                 )
                 .await;
@@ -309,6 +326,9 @@ impl Store {
                             }
                             ("FG409", "SLOTS_IN_USE") => {
                                 return Ok(PatchOutcome::SlotsInUse(detail()))
+                            }
+                            ("FG409", "BUDGET_BELOW_USED") => {
+                                return Ok(PatchOutcome::BudgetBelowUsed(detail()))
                             }
                             _ => {}
                         }

@@ -1,0 +1,369 @@
+//! Money budgets (docs/ARCHITECTURE.md, "Budgets"): a voucher gives away at most its
+//! `budgetAmount` in discounts over its active uses, whatever the concurrency and the order
+//! sizes, and a use given back returns its discount exactly once. Standard vouchers, with
+//! reserves written one by one and grouped into batches over eight counter slots; the gate does
+//! not keep budgets yet, so a flash-sale voucher with one is refused.
+
+crate::in_modes!(
+    [
+        standard = Mode::standard(),
+        grouped = Mode::standard().slots(8).grouped(),
+    ]
+    {
+        a_budget_covering_100_of_500_concurrent_reserves_grants_exactly_100,
+        percentage_discounts_of_random_orders_never_sum_past_the_budget,
+        a_refusal_comes_only_when_the_budget_left_is_smaller_than_the_discount,
+        a_released_use_gives_its_discount_back_exactly_once,
+        a_budget_changes_but_never_below_the_discounts_held,
+    }
+);
+
+use std::sync::Arc;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::harness::{error_of, Mode, TestApp};
+
+async fn spawn(mode: Mode) -> Arc<TestApp> {
+    Arc::new(TestApp::spawn_in(mode).await)
+}
+
+/// Sends every reserve of `requests` (customer, order amount; order `o-{customer}`) at once;
+/// the answers in request order, each granted discount or the refusal's error code.
+async fn reserve_at_once(
+    app: &Arc<TestApp>,
+    code: &str,
+    requests: &[(i64, i64)],
+) -> Vec<Result<i64, String>> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(requests.len()));
+    let tasks: Vec<_> = requests
+        .iter()
+        .map(|&(customer, amount)| {
+            let (app, barrier, code) = (app.clone(), barrier.clone(), code.to_owned());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                app.reserve(&code, customer, &format!("o-{customer}"), amount)
+                    .await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        let (status, body) = task.await.unwrap();
+        answers.push(match status {
+            StatusCode::CREATED => {
+                let body: Value = serde_json::from_str(&body).unwrap();
+                Ok(body["discountAmount"].as_i64().unwrap())
+            }
+            StatusCode::CONFLICT => Err(error_of(&body)),
+            other => panic!("unexpected {other}: {body}"),
+        });
+    }
+    answers
+}
+
+/// The view's budget agrees with the rows: `used` is the discounts of the active uses.
+async fn assert_budget(app: &TestApp, code: &str, amount: i64, used: i64) {
+    let view = app.view(code).await;
+    assert_eq!(
+        (
+            &view["budgetAmount"],
+            &view["budgetUsed"],
+            &view["budgetRemaining"]
+        ),
+        (&json!(amount), &json!(used), &json!(amount - used)),
+        "{view}"
+    );
+    let held: i64 = app
+        .db
+        .query_one(
+            "SELECT COALESCE(sum(discount_amount), 0)::int8 FROM redemption
+              WHERE voucher_code = $1 AND status IN (1, 2)",
+            &[&code],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, used, "the rows' discounts");
+}
+
+async fn a_budget_covering_100_of_500_concurrent_reserves_grants_exactly_100(mode: Mode) {
+    let app = spawn(mode).await;
+    app.voucher(
+        "BUDGET",
+        500,
+        json!({"discountAmount": 1_000, "budgetAmount": 100_000}),
+    )
+    .await;
+    let requests: Vec<(i64, i64)> = (1..=500).map(|c| (c, 5_000)).collect();
+    let answers = reserve_at_once(&app, "BUDGET", &requests).await;
+    let granted = answers.iter().filter(|a| a.is_ok()).count();
+    assert_eq!(granted, 100);
+    for refused in answers.iter().filter_map(|a| a.as_ref().err()) {
+        assert_eq!(refused, "BUDGET_EXHAUSTED");
+    }
+    assert_budget(&app, "BUDGET", 100_000, 100_000).await;
+    let view = app.view("BUDGET").await;
+    assert_eq!(view["usedCount"], 100, "{view}");
+    // The count limit still has room; the money does not.
+    let (status, body) = app.validate("BUDGET", 9_999, 5_000).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("BUDGET_EXHAUSTED")),
+        "{body}"
+    );
+}
+
+async fn percentage_discounts_of_random_orders_never_sum_past_the_budget(mode: Mode) {
+    let app = spawn(mode).await;
+    let budget = 50_000;
+    app.voucher(
+        "PERCENT",
+        1_000,
+        json!({"discountAmount": null, "discountPercent": 10, "budgetAmount": budget}),
+    )
+    .await;
+    // Order amounts spread over 100..20,000 without a pattern the budget could line up with.
+    let requests: Vec<(i64, i64)> = (1..=300).map(|c| (c, 100 + c * 7_919 % 19_901)).collect();
+    let answers = reserve_at_once(&app, "PERCENT", &requests).await;
+    let spent: i64 = answers.iter().filter_map(|a| a.as_ref().ok()).sum();
+    assert!(spent <= budget, "{spent} given past {budget}");
+    // Nothing is given back here, so the budget left only shrank: a refused reserve's discount
+    // exceeded what was left when it was refused, which is at least what is left now.
+    let left = budget - spent;
+    let mut refused = 0;
+    for ((_, amount), answer) in requests.iter().zip(&answers) {
+        match answer {
+            Ok(discount) => assert_eq!(*discount, amount / 10),
+            Err(error) => {
+                assert_eq!(error, "BUDGET_EXHAUSTED");
+                assert!(amount / 10 > left, "{amount} refused with {left} left");
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0,
+        "the budget never ran out: the test proves nothing"
+    );
+    assert_budget(&app, "PERCENT", budget, spent).await;
+}
+
+async fn a_refusal_comes_only_when_the_budget_left_is_smaller_than_the_discount(mode: Mode) {
+    let app = spawn(mode).await;
+    app.voucher(
+        "EXACT",
+        10,
+        json!({"discountAmount": null, "discountPercent": 10, "budgetAmount": 250, "perUserLimit": 10}),
+    )
+    .await;
+    let reserve = async |order: &str, amount: i64| {
+        let (status, body) = app.reserve("EXACT", 1, order, amount).await;
+        (status, error_of(&body))
+    };
+    assert_eq!(reserve("a", 2_000).await.0, StatusCode::CREATED); // 200 of 250
+    assert_eq!(
+        reserve("b", 600).await,
+        (StatusCode::CONFLICT, "BUDGET_EXHAUSTED".to_owned()),
+        "60 does not fit in 50"
+    );
+    assert_eq!(
+        reserve("c", 500).await.0,
+        StatusCode::CREATED,
+        "50 fits in 50"
+    );
+    assert_budget(&app, "EXACT", 250, 250).await;
+    // A smaller discount still fits nowhere; a zero one always does.
+    assert_eq!(reserve("d", 10).await.0, StatusCode::CONFLICT);
+    assert_eq!(
+        reserve("e", 9).await.0,
+        StatusCode::CREATED,
+        "10% of 9 is 0"
+    );
+    assert_budget(&app, "EXACT", 250, 250).await;
+}
+
+async fn a_released_use_gives_its_discount_back_exactly_once(mode: Mode) {
+    let app = spawn(mode).await;
+    app.voucher(
+        "GIVE",
+        10,
+        json!({"discountAmount": 300, "budgetAmount": 1_000}),
+    )
+    .await;
+    for customer in 1..=3 {
+        let (status, body) = app
+            .reserve("GIVE", customer, &format!("o-{customer}"), 1_000)
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    assert_eq!(app.confirm("GIVE", "o-2").await.0, StatusCode::OK);
+    assert_budget(&app, "GIVE", 1_000, 900).await;
+    assert_eq!(
+        reserve_at_once(&app, "GIVE", &[(4, 1_000)]).await,
+        vec![Err("BUDGET_EXHAUSTED".to_owned())]
+    );
+
+    // Ten releases of one order at once give back its 300 once.
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { app.release("GIVE", "o-1").await.0 })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), StatusCode::NO_CONTENT);
+    }
+    assert_budget(&app, "GIVE", 1_000, 600).await;
+    // A confirmed use given back returns its discount too.
+    assert_eq!(app.release("GIVE", "o-2").await.0, StatusCode::NO_CONTENT);
+    assert_budget(&app, "GIVE", 1_000, 300).await;
+    let answers = reserve_at_once(&app, "GIVE", &[(5, 1_000), (6, 1_000), (7, 1_000)]).await;
+    assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 2);
+    assert_budget(&app, "GIVE", 1_000, 900).await;
+}
+
+async fn a_budget_changes_but_never_below_the_discounts_held(mode: Mode) {
+    let app = spawn(mode).await;
+    app.voucher("LATER", 10, json!({"discountAmount": 100}))
+        .await;
+    for customer in 1..=3 {
+        app.reserve("LATER", customer, &format!("o-{customer}"), 1_000)
+            .await;
+    }
+    let view = app.view("LATER").await;
+    assert!(view.get("budgetAmount").is_none(), "{view}");
+
+    // A first budget counts the discounts already held.
+    let before = app.snapshot().await;
+    let (status, body) = app
+        .patch_voucher("LATER", json!({"budgetAmount": 299, "active": false}))
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("BUDGET_BELOW_USED")),
+        "{body}"
+    );
+    assert!(body["message"].as_str().unwrap().contains("budgetAmount"));
+    assert_eq!(app.snapshot().await, before, "nothing written");
+    let (status, body) = app
+        .patch_voucher("LATER", json!({"budgetAmount": 400}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_budget(&app, "LATER", 400, 300).await;
+    let mut answers = reserve_at_once(&app, "LATER", &[(4, 1_000), (5, 1_000)]).await;
+    answers.sort();
+    assert_eq!(answers, vec![Ok(100), Err("BUDGET_EXHAUSTED".to_owned())]);
+
+    // Lowered to exactly what is held: allowed; below: refused, nothing changed.
+    let (status, _) = app
+        .patch_voucher("LATER", json!({"budgetAmount": 400}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = app
+        .patch_voucher("LATER", json!({"budgetAmount": 399}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_budget(&app, "LATER", 400, 400).await;
+
+    // Removed, the counter keeps running; put back, it holds at once.
+    let (status, body) = app
+        .patch_voucher("LATER", json!({"budgetAmount": null}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.get("budgetAmount").is_none(), "{body}");
+    app.reserve("LATER", 6, "o-6", 1_000).await;
+    assert_eq!(app.release("LATER", "o-1").await.0, StatusCode::NO_CONTENT);
+    let (status, body) = app
+        .patch_voucher("LATER", json!({"budgetAmount": 400}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_budget(&app, "LATER", 400, 400).await;
+}
+
+#[tokio::test]
+async fn the_database_refuses_sql_that_pushes_a_voucher_past_its_budget() {
+    let app = TestApp::spawn().await;
+    app.voucher(
+        "SQL",
+        10,
+        json!({"discountAmount": 500, "budgetAmount": 1_000}),
+    )
+    .await;
+    app.reserve("SQL", 1, "o-1", 1_000).await;
+    app.reserve("SQL", 2, "o-2", 1_000).await;
+    let err = app
+        .db
+        .execute(
+            "UPDATE voucher_budget SET used = used + 1 WHERE voucher_code = 'SQL'",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.as_db_error().unwrap().constraint(),
+        Some("voucher_budget_used_within_amount")
+    );
+    // A use the gate would have granted (an event) is revoked, not counted.
+    let row = app
+        .db
+        .query_one(
+            "SELECT outcome FROM fg_merge('SQL', 'forced', 3, 1::int2, 1000, 500, now(),
+                                          now() + interval '1 minute', NULL, now(), true)",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "REVOKED");
+    // Without revoking, the refusal is raised and nothing is written.
+    let err = app
+        .db
+        .execute(
+            "SELECT fg_merge('SQL', 'forced-2', 4, 1::int2, 1000, 500, now(),
+                             now() + interval '1 minute', NULL, now(), false)",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().message(), "BUDGET_EXHAUSTED");
+    assert_budget(&app, "SQL", 1_000, 1_000).await;
+}
+
+#[tokio::test]
+async fn a_flash_sale_voucher_cannot_have_a_budget_yet() {
+    let app = TestApp::spawn_in(Mode::flash()).await;
+    let now = chrono::Utc::now();
+    let (status, body) = app
+        .create_voucher(json!({
+            "code": "FLASHB",
+            "discountAmount": 100,
+            "totalLimit": 10,
+            "startsAt": now.to_rfc3339(),
+            "endsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
+            "flashSale": true,
+            "budgetAmount": 1_000,
+        }))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("budgetAmount"),
+        "{body}"
+    );
+    app.voucher("FLASHB", 10, json!({})).await;
+    let (status, body) = app
+        .patch_voucher("FLASHB", json!({"budgetAmount": 1_000}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("budgetAmount"),
+        "{body}"
+    );
+    assert!(app.view("FLASHB").await.get("budgetAmount").is_none());
+}
