@@ -4,7 +4,8 @@
 --
 -- KEYS[1] meta  KEYS[2] remaining  KEYS[3] users  KEYS[4] lost (lost.lua: deleted, the wait is over)
 -- ARGV[1] remaining (total_limit less the uses held, read from Postgres)
--- ARGV[2] n, the number of meta arguments that follow: field, value, field, value, ...
+-- ARGV[2] n, the number of meta arguments that follow: field, value, field, value, ... (the
+--         rules, and `budget`, the money left, for a voucher with a budget)
 -- ARGV[3 + n ..] customerId, active uses, customerId, active uses, ...
 -- Returns 1 when it loaded, 0 when the voucher was already loaded.
 if redis.call('EXISTS', KEYS[1]) == 1 then

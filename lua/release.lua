@@ -4,8 +4,9 @@
 -- KEYS[1] remaining  KEYS[2] users  KEYS[3] orders  KEYS[4] pending  KEYS[5] meta
 -- (see reserve.lua)
 -- ARGV[1] orderId
--- ARGV[2] give_back  '1': an active order's use returns to `remaining`; '0': it does not
---                    (REVOKED: Postgres refused the use, so the gate had one too many)
+-- ARGV[2] give_back  '1': an active order's use returns to `remaining`, and its discount to
+--                    meta's `budget` when the voucher has one; '0': they do not (REVOKED:
+--                    Postgres refused the use, so the gate had one too many)
 -- ARGV[3] tombstone  '1': leave a tombstone so the orderId can never reserve again (release);
 --                    '0': forget the order entirely (undo of a reserve Postgres did not take,
 --                    so that the client's retry with the same orderId starts afresh);
@@ -35,6 +36,9 @@ if e.state == 'R' then
 end
 if give_back then
   redis.call('INCR', KEYS[1])
+  if e.discount ~= '0' and redis.call('HEXISTS', KEYS[5], 'budget') == 1 then
+    redis.call('HINCRBY', KEYS[5], 'budget', e.discount)
+  end
 end
 if redis.call('HINCRBY', KEYS[2], e.customer, -1) <= 0 then
   redis.call('HDEL', KEYS[2], e.customer)

@@ -3,9 +3,10 @@
 -- ARGV[1] the value the reconciler read  ARGV[2] the value to set
 -- ARGV[3] the voucher's version the value to set was computed at
 -- ARGV[4] the `orders` hash's `#moves` when the reconciler read it (entry.lua)
--- Sets `remaining` only if:
--- * nothing moved it since it was read (a reserve or release that ran in between wins, and the
---   next sweep looks again);
+-- ARGV[5] meta's `budget` the reconciler read ('' none)  ARGV[6] the budget to set ('' none)
+-- Sets `remaining`, and the money budget left with it, only if:
+-- * nothing moved either since they were read (a reserve or release that ran in between wins,
+--   and the next sweep looks again);
 -- * no order is pending (an order reserved after the reconciler counted what was in flight, not
 --   yet in Postgres, would otherwise make the gate look one short, and the repair would hand that
 --   use out twice);
@@ -18,11 +19,15 @@
 -- Returns 1 when it set the value.
 if redis.call('ZCARD', KEYS[2]) ~= 0 or redis.call('GET', KEYS[1]) ~= ARGV[1]
     or redis.call('EXISTS', KEYS[4]) == 1
-    or (redis.call('HGET', KEYS[3], 'version') or '0') ~= ARGV[3] then
+    or (redis.call('HGET', KEYS[3], 'version') or '0') ~= ARGV[3]
+    or (redis.call('HGET', KEYS[3], 'budget') or '') ~= ARGV[5] then
   return 0
 end
 if (redis.call('HGET', KEYS[5], ENTRY_MOVES) or '0') ~= ARGV[4] then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[3], 'budget', ARGV[6])
+end
 return 1

@@ -1,7 +1,7 @@
 -- Flashgate gate: reserve one use of a flash-sale voucher, atomically. Runs after entry.lua and
 -- rules.lua.
 --
--- KEYS[1] voucher:{CODE}:meta       hash: the voucher's rules (rules.lua)
+-- KEYS[1] voucher:{CODE}:meta       hash: the voucher's rules and money budget left (rules.lua)
 -- KEYS[2] voucher:{CODE}:remaining  string: uses left
 -- KEYS[3] voucher:{CODE}:users      hash: customerId -> active uses
 -- KEYS[4] voucher:{CODE}:orders     hash: orderId -> order entry (entry.lua)
@@ -45,6 +45,10 @@ local held = {customer = customer, reserved = ARGV[4],
               expires = string.format('%.0f', now + r.ttl),
               discount = rules_discount(r, amount), amount = ARGV[3], version = r.version}
 redis.call('DECR', KEYS[2])
+-- HINCRBY refuses "-0": a zero discount leaves the budget as it is.
+if r.budget and held.discount ~= '0' then
+  redis.call('HINCRBY', KEYS[1], 'budget', '-' .. held.discount)
+end
 redis.call('HINCRBY', KEYS[3], customer, 1)
 redis.call('HSET', KEYS[4], order, entry_format('A', held))
 entry_moved(KEYS[4])

@@ -1,32 +1,21 @@
 -- Flashgate gate: a voucher's rules, as its `meta` hash holds them (the fields are named in one
--- place, GateMeta::fields in shared/src/domain.rs). This prelude is put in front of reserve.lua
--- and validate.lua, so that a reserve and a validation decide alike, in the order fg_validate
--- decides in Postgres.
+-- place, GateMeta::fields in shared/src/gate/meta.rs), and its money budget left (`budget`,
+-- absent without one: a counter that load.lua sets and reserve.lua and release.lua move, not a
+-- rule). This prelude is put in front of reserve.lua and validate.lua, so that a reserve and a
+-- validation decide alike, in the order fg_validate decides in Postgres.
 
 -- The rules, or nil when the voucher is not loaded. A gate loaded before a field existed reads
 -- as its default (active, fixed discount).
 local function rules_read(meta_key)
   local v = redis.call('HMGET', meta_key, 'discount', 'percent', 'max_discount', 'min_order',
-    'starts_ms', 'ends_ms', 'per_user', 'ttl_ms', 'active', 'version')
+    'starts_ms', 'ends_ms', 'per_user', 'ttl_ms', 'active', 'version', 'budget')
   if not v[5] then
     return nil
   end
   return {discount = v[1] or '0', percent = v[2] or '', max_discount = v[3] or '',
           min_order = tonumber(v[4]), starts = tonumber(v[5]), ends = tonumber(v[6]),
           per_user = tonumber(v[7]), ttl = tonumber(v[8]), active = v[9] ~= '0',
-          version = v[10] or ''}
-end
-
--- Why a reserve of `amount` by a customer holding `uses` would be refused at `now` (ms), or nil.
-local function rules_refusal(r, remaining, uses, amount, now)
-  if not r.active then return 'INACTIVE' end
-  if now < r.starts then return 'NOT_STARTED' end
-  if now >= r.ends then return 'EXPIRED' end
-  if amount < r.min_order then return 'MIN_ORDER_AMOUNT' end
-  -- Per-user before stock, as Postgres decides.
-  if uses >= r.per_user then return 'ALREADY_USED' end
-  if remaining <= 0 then return 'OUT_OF_STOCK' end
-  return nil
+          version = v[10] or '', budget = tonumber(v[11])}
 end
 
 -- The discount of an order of `amount`, as a decimal string: fg_discount's rule (a fixed amount
@@ -46,4 +35,18 @@ local function rules_discount(r, amount)
     d = tonumber(r.max_discount)
   end
   return string.format('%.0f', d)
+end
+
+-- Why a reserve of `amount` by a customer holding `uses` would be refused at `now` (ms), or nil.
+local function rules_refusal(r, remaining, uses, amount, now)
+  if not r.active then return 'INACTIVE' end
+  if now < r.starts then return 'NOT_STARTED' end
+  if now >= r.ends then return 'EXPIRED' end
+  if amount < r.min_order then return 'MIN_ORDER_AMOUNT' end
+  -- Per-user before stock, as Postgres decides.
+  if uses >= r.per_user then return 'ALREADY_USED' end
+  if remaining <= 0 then return 'OUT_OF_STOCK' end
+  -- Money after stock, as Postgres decides: the budget left must cover this discount.
+  if r.budget and tonumber(rules_discount(r, amount)) > r.budget then return 'BUDGET_EXHAUSTED' end
+  return nil
 end

@@ -41,9 +41,9 @@ async fn every_script_outcome(gate: Gate) {
         reserve(1, "o1", 100, now).await.outcome,
         ReserveOutcome::NotLoaded
     );
-    assert!(gate.load(&code, &meta, 2, &[]).await.unwrap());
+    assert!(gate.load(&code, &meta, 2, None, &[]).await.unwrap());
     assert!(
-        !gate.load(&code, &meta, 99, &[]).await.unwrap(),
+        !gate.load(&code, &meta, 99, None, &[]).await.unwrap(),
         "loads only once"
     );
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(2));
@@ -665,19 +665,31 @@ async fn the_repair_never_raises_the_gate_while_an_order_is_pending() {
     let read = gate.counts(&code).await.unwrap().expect("loaded");
     assert_eq!(read.remaining, 4);
     // What a reconciler that counted nothing in flight would do: 4 -> 5.
-    assert!(!gate.repair_remaining(&code, read, 5, 1).await.unwrap());
+    assert!(!gate
+        .repair_remaining(&code, read, 5, None, 1)
+        .await
+        .unwrap());
     assert_eq!(app.gate_remaining("RACE").await, Some(4));
     gate.settled(&code, "flying").await.unwrap();
     // Nor when the voucher changed since the figure was computed.
-    assert!(!gate.repair_remaining(&code, read, 5, 0).await.unwrap());
+    assert!(!gate
+        .repair_remaining(&code, read, 5, None, 0)
+        .await
+        .unwrap());
     // Nor when an order gained or lost a use since it was read (the change counter moved).
     let before = GateCounts {
         moves: read.moves - 1,
         ..read
     };
-    assert!(!gate.repair_remaining(&code, before, 5, 1).await.unwrap());
+    assert!(!gate
+        .repair_remaining(&code, before, 5, None, 1)
+        .await
+        .unwrap());
     // With nothing pending (its row landed and the mark was cleared), the repair goes through.
-    assert!(gate.repair_remaining(&code, read, 5, 1).await.unwrap());
+    assert!(gate
+        .repair_remaining(&code, read, 5, None, 1)
+        .await
+        .unwrap());
     assert_eq!(app.gate_remaining("RACE").await, Some(5));
 }
 

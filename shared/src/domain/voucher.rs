@@ -67,11 +67,12 @@ fn default_ttl() -> i64 {
     DEFAULT_TTL_SECONDS
 }
 
-/// The gate does not keep money counters yet: a flash-sale voucher cannot have a budget.
+/// The gate takes a flash-sale voucher's budget when it loads it, and a change of the budget
+/// has no gate step yet: it is set at creation.
 pub fn flash_budget() -> Invalid {
     Invalid::new(
         "budgetAmount",
-        "a flash-sale voucher cannot have a budget yet",
+        "a flash-sale voucher's budget is set at creation and cannot change yet",
     )
 }
 
@@ -141,9 +142,6 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
             .budget_amount
             .map(|b| amount("budgetAmount", b))
             .transpose()?;
-        if r.flash_sale && budget_amount.is_some() {
-            return Err(flash_budget());
-        }
         Ok(NewVoucher {
             code,
             rules: VoucherRules {

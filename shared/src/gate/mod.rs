@@ -130,6 +130,8 @@ pub enum Removed {
 pub struct GateCounts {
     pub remaining: i64,
     pub moves: i64,
+    /// The money budget left (None: the voucher has none).
+    pub budget: Option<i64>,
 }
 
 /// One bounded step through a voucher's orders (`scan.lua`): the orders of the step that hold
@@ -605,7 +607,10 @@ impl Gate {
     pub async fn counts(&self, code: &VoucherCode) -> Result<Option<GateCounts>, GateError> {
         let k = self.keys(code);
         let reply: Vec<String> = self
-            .invoke("counts", self.counts.key(&k.remaining).key(&k.orders))
+            .invoke(
+                "counts",
+                self.counts.key(&k.remaining).key(&k.orders).key(&k.meta),
+            )
             .await?;
         parse_counts(&reply)
     }
@@ -658,16 +663,19 @@ impl Gate {
         parse_copy(&reply, what)
     }
 
-    /// Sets `remaining` to `to` only if it still reads `from`, no order is pending, no order
-    /// gained or lost a use since `moves` was read, nobody holds the gate lock, and the gate's rules
-    /// are of `version` (the reconciler's repair).
+    /// Sets `remaining` to `to` and the money budget left to `to_budget` (None: leaves it) only
+    /// if they still read `from`, no order is pending, no order gained or lost a use since
+    /// `moves` was read, nobody holds the gate lock, and the gate's rules are of `version` (the
+    /// reconciler's repair).
     pub async fn repair_remaining(
         &self,
         code: &VoucherCode,
         from: GateCounts,
         to: i64,
+        to_budget: Option<i64>,
         version: i64,
     ) -> Result<bool, GateError> {
+        let text = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
         let k = self.keys(code);
         let done: i64 = self
             .invoke(
@@ -681,7 +689,9 @@ impl Gate {
                     .arg(from.remaining)
                     .arg(to)
                     .arg(version)
-                    .arg(from.moves),
+                    .arg(from.moves)
+                    .arg(text(from.budget))
+                    .arg(text(to_budget)),
             )
             .await?;
         Ok(done == 1)
@@ -703,16 +713,21 @@ impl Gate {
         }
     }
 
-    /// Loads a voucher unless it is loaded. Returns true when this call loaded it.
+    /// Loads a voucher unless it is loaded, with `budget` as the money left to give (None: no
+    /// budget). Returns true when this call loaded it.
     pub async fn load(
         &self,
         code: &VoucherCode,
         meta: &GateMeta,
         remaining: i64,
+        budget: Option<i64>,
         users: &[(i64, i32)],
     ) -> Result<bool, GateError> {
         let k = self.keys(code);
-        let fields = meta_args(meta);
+        let mut fields = meta_args(meta);
+        if let Some(budget) = budget {
+            fields.extend(["budget".to_owned(), budget.to_string()]);
+        }
         let mut inv = self.load.key(&k.meta);
         inv.key(&k.remaining)
             .key(&k.users)

@@ -186,7 +186,7 @@ pub(super) fn parse_removed(reply: &str) -> Result<Removed, GateError> {
 /// `counts.lua`'s reply: `{remaining, moves}`, `remaining` empty when the voucher is not
 /// loaded (None).
 pub(super) fn parse_counts(reply: &[String]) -> Result<Option<GateCounts>, GateError> {
-    let [remaining, moves] = reply else {
+    let [remaining, moves, budget] = reply else {
         return Err(GateError::Reply(format!("{reply:?}")));
     };
     if remaining.is_empty() {
@@ -195,6 +195,11 @@ pub(super) fn parse_counts(reply: &[String]) -> Result<Option<GateCounts>, GateE
     Ok(Some(GateCounts {
         remaining: num(remaining)?,
         moves: num(moves)?,
+        budget: if budget.is_empty() {
+            None
+        } else {
+            Some(num(budget)?)
+        },
     }))
 }
 
@@ -427,16 +432,25 @@ mod tests {
 
     #[test]
     fn counts_and_scan_replies_parse_or_fail_loudly() {
-        assert_eq!(parse_counts(&s(&["", "0"])).unwrap(), None);
+        assert_eq!(parse_counts(&s(&["", "0", ""])).unwrap(), None);
         assert_eq!(
-            parse_counts(&s(&["3", "12"])).unwrap(),
+            parse_counts(&s(&["3", "12", ""])).unwrap(),
             Some(GateCounts {
                 remaining: 3,
-                moves: 12
+                moves: 12,
+                budget: None,
             })
         );
-        assert!(parse_counts(&s(&["3"])).is_err());
-        assert!(parse_counts(&s(&["3", "x"])).is_err());
+        assert_eq!(
+            parse_counts(&s(&["3", "12", "500"]))
+                .unwrap()
+                .unwrap()
+                .budget,
+            Some(500)
+        );
+        assert!(parse_counts(&s(&["3", "12"])).is_err());
+        assert!(parse_counts(&s(&["3", "x", ""])).is_err());
+        assert!(parse_counts(&s(&["3", "12", "x"])).is_err());
         assert_eq!(
             parse_scan(&s(&["0"])).unwrap(),
             ScanStep {

@@ -122,7 +122,7 @@ impl Reservations {
         // Read under the lock: no other change of this voucher runs now.
         let state = self.state(code).await?;
         let next = patch.apply(&state.rules)?;
-        if next.budget_amount.is_some() {
+        if next.budget_amount != state.rules.budget_amount {
             return Err(flash_budget().into());
         }
         let slots = patch.slots(state.counter_slots, &next)?;

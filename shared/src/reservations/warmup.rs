@@ -144,7 +144,13 @@ impl Warmup {
         );
         let loaded = self
             .gate
-            .load(code, &meta, source.remaining, &source.users)
+            .load(
+                code,
+                &meta,
+                source.remaining,
+                source.budget_left,
+                &source.users,
+            )
             .await?;
         if loaded {
             tracing::info!(

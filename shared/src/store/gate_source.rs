@@ -22,35 +22,59 @@ pub struct GateSource {
     pub version: i64,
     /// `total_limit` less the uses held.
     pub remaining: i64,
+    /// The budget less the discounts held (None: no budget).
+    pub budget_left: Option<i64>,
     /// Each customer's active uses (empty unless asked for).
     pub users: Vec<(i64, i32)>,
 }
 
+/// What the reconciler checks a gate against ([`Store::released_among`]), read in one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateCheck {
+    /// `total_limit` less the uses held.
+    pub remaining: i64,
+    /// The budget less the discounts held (None: no budget).
+    pub budget_left: Option<i64>,
+    pub version: i64,
+    /// The orders asked about that Postgres has released.
+    pub released: Vec<String>,
+}
+
+/// The money left to give, as the gate holds it: the budget less the discounts held.
+const BUDGET_LEFT: &str = "(SELECT b.amount - b.used FROM voucher_budget b
+                            WHERE b.voucher_code = v.code AND b.amount IS NOT NULL) AS budget_left";
+
 impl Store {
-    /// For the reconciler, in one snapshot: `total_limit` less the uses held, the voucher's
-    /// version, and which of `orders` (held in the gate) Postgres has released (None: no such
-    /// voucher).
+    /// For the reconciler, in one snapshot: `total_limit` less the uses held, the budget left,
+    /// the voucher's version, and which of `orders` (held in the gate) Postgres has released
+    /// (None: no such voucher).
     pub async fn released_among(
         &self,
         code: &VoucherCode,
         orders: &[&str],
-    ) -> Result<Option<(i64, i64, Vec<String>)>, StoreError> {
+    ) -> Result<Option<GateCheck>, StoreError> {
         timed(Dependency::Postgres, "released_among", async {
             let rows = self
                 .client()
                 .await?
                 .query_typed(
-                    "SELECT v.total_limit - fg_used(v.code) AS remaining, v.version,
-                            ARRAY(SELECT r.order_id FROM redemption r
-                                   WHERE r.voucher_code = v.code AND r.order_id = ANY($2)
-                                     AND r.status = 3) AS released
-                       FROM voucher v WHERE v.code = $1",
+                    &format!(
+                        "SELECT v.total_limit - fg_used(v.code) AS remaining, v.version,
+                                {BUDGET_LEFT},
+                                ARRAY(SELECT r.order_id FROM redemption r
+                                       WHERE r.voucher_code = v.code AND r.order_id = ANY($2)
+                                         AND r.status = 3) AS released
+                           FROM voucher v WHERE v.code = $1"
+                    ),
                     &[(&code.as_str(), Type::TEXT), (&orders, Type::TEXT_ARRAY)],
                 )
                 .await?;
-            Ok(rows
-                .first()
-                .map(|r| (r.get("remaining"), r.get("version"), r.get("released"))))
+            Ok(rows.first().map(|r| GateCheck {
+                remaining: r.get("remaining"),
+                budget_left: r.get("budget_left"),
+                version: r.get("version"),
+                released: r.get("released"),
+            }))
         })
         .await
     }
@@ -68,23 +92,24 @@ impl Store {
                 .client()
                 .await?
                 .query_typed(
-                    "SELECT v.flash_sale, v.discount_amount, v.discount_percent, v.max_discount_amount,
+                    &format!("SELECT v.flash_sale, v.discount_amount, v.discount_percent, v.max_discount_amount,
                             v.min_order_amount, v.total_limit, v.starts_at, v.ends_at, v.per_user_limit,
                             v.reservation_ttl_seconds, v.active, v.version,
                             v.total_limit - fg_used(v.code) AS remaining,
                             (SELECT b.amount FROM voucher_budget b
                               WHERE b.voucher_code = v.code) AS budget_amount,
+                            {BUDGET_LEFT},
                             CASE WHEN $2 THEN
                               COALESCE((SELECT array_agg(c.customer_id ORDER BY c.customer_id)
                                           FROM voucher_customer c
-                                         WHERE c.voucher_code = v.code AND c.active > 0), '{}')
-                            ELSE '{}' END AS customers,
+                                         WHERE c.voucher_code = v.code AND c.active > 0), '{{}}')
+                            ELSE '{{}}' END AS customers,
                             CASE WHEN $2 THEN
                               COALESCE((SELECT array_agg(c.active ORDER BY c.customer_id)
                                           FROM voucher_customer c
-                                         WHERE c.voucher_code = v.code AND c.active > 0), '{}')
-                            ELSE '{}' END AS actives
-                       FROM voucher v WHERE v.code = $1",
+                                         WHERE c.voucher_code = v.code AND c.active > 0), '{{}}')
+                            ELSE '{{}}' END AS actives
+                       FROM voucher v WHERE v.code = $1"),
                     &[(&code.as_str(), Type::TEXT), (&with_users, Type::BOOL)],
                 )
                 .await?;
@@ -100,6 +125,7 @@ impl Store {
                 reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
                 version: row.get("version"),
                 remaining,
+                budget_left: row.get("budget_left"),
                 users: customers.into_iter().zip(actives).collect(),
             }))
         })

@@ -15,11 +15,13 @@ use crate::gate::{GateCounts, GateMeta, Removal, Removed};
 use crate::telemetry::metrics::VOUCHER_REMAINING;
 
 /// What the reconciler read: the gate's counters, then (after, in one Postgres snapshot)
-/// `total_limit` less the uses held and the voucher's version.
+/// `total_limit` less the uses held, the budget less the discounts held, and the voucher's
+/// version.
 #[derive(Debug, PartialEq, Eq)]
 struct Reading {
     gate: GateCounts,
     expected: i64,
+    expected_budget: Option<i64>,
     version: i64,
 }
 
@@ -57,7 +59,10 @@ impl Sweeper {
         metrics::gauge!(VOUCHER_REMAINING, "code" => code.as_str().to_owned())
             .set(reading.gate.remaining as f64);
         let expected = reading.expected - in_flight as i64;
-        if reading.gate.remaining == expected {
+        // The discounts of the events in flight are not known here: the money is compared only
+        // when none is.
+        let budget_drift = in_flight == 0 && reading.gate.budget != reading.expected_budget;
+        if reading.gate.remaining == expected && !budget_drift {
             return Ok(());
         }
         report.drift_found += 1;
@@ -66,6 +71,8 @@ impl Sweeper {
             gate = reading.gate.remaining,
             expected,
             drift = reading.gate.remaining - expected,
+            gate_budget = ?reading.gate.budget,
+            expected_budget = ?reading.expected_budget,
             in_flight,
             "gate drift"
         );
@@ -84,7 +91,11 @@ impl Sweeper {
         // finished here (a tombstone makes the other one's step find ALREADY, so the use comes
         // back once), and nothing is repaired in this run: counted as held now, that use would
         // be given back twice.
-        if reading.gate.remaining < expected {
+        let budget_short = matches!(
+            (reading.gate.budget, reading.expected_budget),
+            (Some(gate), Some(expected)) if gate < expected
+        );
+        if reading.gate.remaining < expected || budget_short {
             if self.finish_releases(code, report).await? {
                 return Ok(());
             }
@@ -97,7 +108,13 @@ impl Sweeper {
         // the limit came in since the figures were read.
         let repaired = self
             .gate
-            .repair_remaining(code, reading.gate, reading.expected, reading.version)
+            .repair_remaining(
+                code,
+                reading.gate,
+                reading.expected,
+                reading.expected_budget,
+                reading.version,
+            )
             .await;
         if report.gate_ok(repaired) == Some(true) {
             report.drift_repaired += 1;
@@ -105,6 +122,7 @@ impl Sweeper {
                 code = code.as_str(),
                 from = reading.gate.remaining,
                 to = reading.expected,
+                budget = ?reading.expected_budget,
                 "gate drift repaired"
             );
         }
@@ -135,7 +153,7 @@ impl Sweeper {
             if !step.actives.is_empty() {
                 let orders: Vec<&str> = step.actives.iter().map(|(o, _)| o.as_str()).collect();
                 let released = match self.store.released_among(code, &orders).await? {
-                    Some((_, _, released)) => released,
+                    Some(check) => check.released,
                     None => return Ok(true),
                 };
                 for (order, customer) in &step.actives {
@@ -172,13 +190,14 @@ impl Sweeper {
         let Some(gate) = self.gate.counts(code).await? else {
             return Ok(None);
         };
-        let Some((expected, version, _)) = self.store.released_among(code, &[]).await? else {
+        let Some(check) = self.store.released_among(code, &[]).await? else {
             return Ok(None);
         };
         Ok(Some(Reading {
             gate,
-            expected,
-            version,
+            expected: check.remaining,
+            expected_budget: check.budget_left,
+            version: check.version,
         }))
     }
 }

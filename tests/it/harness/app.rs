@@ -529,7 +529,13 @@ impl TestApp {
         assert!(self
             .app
             .gate()
-            .load(&code, &meta, source.remaining, &source.users)
+            .load(
+                &code,
+                &meta,
+                source.remaining,
+                source.budget_left,
+                &source.users
+            )
             .await
             .unwrap());
         source.remaining
