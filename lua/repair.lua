@@ -3,7 +3,8 @@
 -- ARGV[1] the value the reconciler read  ARGV[2] the value to set
 -- ARGV[3] the voucher's version the value to set was computed at
 -- ARGV[4] the `orders` hash's `#moves` when the reconciler read it (entry.lua)
--- ARGV[5] meta's `budget` the reconciler read ('' none)  ARGV[6] the budget to set ('' none)
+-- ARGV[5] meta's `budget` the reconciler read ('' none)
+-- ARGV[6] the budget to set ('' none: a budget removed in Postgres goes from the gate too)
 -- Sets `remaining`, and the money budget left with it, only if:
 -- * nothing moved either since they were read (a reserve or release that ran in between wins,
 --   and the next sweep looks again);
@@ -29,5 +30,7 @@ end
 redis.call('SET', KEYS[1], ARGV[2])
 if ARGV[6] ~= '' then
   redis.call('HSET', KEYS[3], 'budget', ARGV[6])
+else
+  redis.call('HDEL', KEYS[3], 'budget')
 end
 return 1

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # All-winners HTTP runs with wrk, side by side in one run: the `/health/live` ceiling, then
 # reserve on a voucher whose limit never runs out (every request a new customer, so every
-# request should win), standard and flash. A case is `KIND[:K][@plain]`: K the counter slots
-# (absent: the service's own choice, 32 for this limit); `@plain` sends it to a second server
+# request should win), standard and flash. A case is `KIND[:K][+budget][@plain]`: K the counter
+# slots (absent: the service's own choice, 32 for this limit); `+budget` gives the voucher a
+# money budget that never runs out either (what counting the money costs); `@plain` sends it to a second server
 # that writes each reserve on its own (GROUP_COMMIT_MAX=1), as before group commit; `@kafka`
 # to a server in mode B on the local Kafka broker, `@fauxqs` or `@moto` to one in mode B on that
 # local SQS emulator, `@kafka1` on Kafka with one record per produce batch (each started only
@@ -14,6 +15,7 @@
 #   DURATION=5s CONNECTIONS=32 ./loadtest/wrk/run.sh
 #   CASES="ceiling flash:1@plain flash" ./loadtest/wrk/run.sh
 #   CASES="ceiling flash flash@kafka flash@fauxqs" ./loadtest/wrk/run.sh
+#   CASES="ceiling standard standard+budget flash flash+budget" ./loadtest/wrk/run.sh
 #
 # It builds and starts its own release servers (ports 3900-3905, database fg_bench_http,
 # Redis key prefix fg_bench_http:), and stops them at the end. Extra server settings pass
@@ -75,12 +77,17 @@ for case in $CASES; do
       @fauxqs) base=http://127.0.0.1:$((PORT + 3)) ;;
       @moto) base=http://127.0.0.1:$((PORT + 4)) ;;
     esac
+    extra=""
+    if [[ $spec == *+budget ]]; then
+      spec=${spec%+budget}
+      extra=",\"budgetAmount\":1000000000000000"
+    fi
     kind=${spec%%:*}
     slots=${spec#*:}
     [ "$slots" = "$spec" ] && slots=auto
     code="ALLWIN-${kind^^}-$slots-$run"
     flash=false; [ "$kind" = flash ] && flash=true
-    extra=""; [ "$slots" != auto ] && extra=",\"counterSlots\":$slots"
+    [ "$slots" != auto ] && extra="$extra,\"counterSlots\":$slots"
     now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
     curl -sf -XPOST -H "content-type: application/json" $BASE/vouchers -d "{\"code\":\"$code\",\"discountAmount\":1,\"totalLimit\":1000000000,
       \"startsAt\":\"2020-01-01T00:00:00Z\",\"endsAt\":\"2099-01-01T00:00:00Z\",

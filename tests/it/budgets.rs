@@ -20,7 +20,18 @@ crate::in_modes!(
     }
 );
 
-// A flash-sale voucher's budget is set at creation (the gate has no step for a change yet).
+crate::in_modes!(
+    [
+        flash_changes = Mode::flash().slots(8).grouped(),
+        flash_mode_b_changes = Mode::flash().mode_b(Broker::Kafka),
+    ]
+    {
+        a_flash_vouchers_budget_changes_in_the_gate_and_the_database,
+    }
+);
+
+// A flash-sale voucher created without a budget cannot be given one: see
+// a_flash_vouchers_budget_changes_in_the_gate_and_the_database.
 crate::in_modes!(
     [
         standard_changes = Mode::standard(),
@@ -347,37 +358,73 @@ async fn the_database_refuses_sql_that_pushes_a_voucher_past_its_budget() {
     assert_budget(&app, "SQL", 1_000, 1_000).await;
 }
 
-#[tokio::test]
-async fn a_flash_sale_vouchers_budget_is_set_at_creation() {
-    let app = TestApp::spawn_in(Mode::flash()).await;
+async fn a_flash_vouchers_budget_changes_in_the_gate_and_the_database(mode: Mode) {
+    let app = spawn(mode).await;
     app.voucher(
         "FLASHB",
-        10,
-        json!({"discountAmount": 100, "budgetAmount": 1_000}),
+        20,
+        json!({"discountAmount": 100, "budgetAmount": 1_000, "perUserLimit": 20}),
     )
     .await;
-    app.reserve("FLASHB", 1, "o-1", 1_000).await;
-    for change in [
-        json!({"budgetAmount": 2_000}),
-        json!({"budgetAmount": null}),
-    ] {
-        let (status, body) = app.patch_voucher("FLASHB", change).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-        assert!(
-            body["message"]
-                .as_str()
-                .unwrap()
-                .starts_with("budgetAmount"),
-            "{body}"
-        );
-    }
-    // Any other change keeps the budget, in Postgres and in the gate.
-    let (status, body) = app.patch_voucher("FLASHB", json!({"totalLimit": 20})).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    assert_budget(&app, "FLASHB", 1_000, 100).await;
+    let reserve_n = async |from: i64, n: i64| {
+        let requests: Vec<(i64, i64)> = (from..from + n).map(|c| (c, 1_000)).collect();
+        reserve_at_once(&app, "FLASHB", &requests)
+            .await
+            .iter()
+            .filter(|a| a.is_ok())
+            .count()
+    };
+    assert_eq!(reserve_n(1, 3).await, 3);
+    let gate_budget = async || app.gate_meta("FLASHB", "budget").await;
+    assert_eq!(gate_budget().await.as_deref(), Some("700"));
+
+    // Below the discounts held: refused in the gate, nothing changed anywhere.
+    app.settle("FLASHB").await;
+    let before = app.snapshot().await;
+    let (status, body) = app
+        .patch_voucher("FLASHB", json!({"budgetAmount": 299}))
+        .await;
     assert_eq!(
-        app.gate_meta("FLASHB", "budget").await.as_deref(),
-        Some("900")
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("BUDGET_BELOW_USED")),
+        "{body}"
+    );
+    assert_eq!(app.snapshot().await, before, "nothing written");
+    assert_eq!(gate_budget().await.as_deref(), Some("700"));
+
+    // Lowered, then raised mid-sale: the gate grants exactly what is left each time.
+    let (status, body) = app
+        .patch_voucher("FLASHB", json!({"budgetAmount": 400}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(gate_budget().await.as_deref(), Some("100"));
+    assert_eq!(reserve_n(10, 5).await, 1);
+    let (status, body) = app
+        .patch_voucher("FLASHB", json!({"budgetAmount": 600}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(reserve_n(20, 5).await, 2);
+    assert_budget(&app, "FLASHB", 600, 600).await;
+    assert_eq!(gate_budget().await.as_deref(), Some("0"));
+
+    // Removed: the gate stops counting money; the count limit still holds. A budget cannot be
+    // put back on a flash-sale voucher.
+    let (status, body) = app
+        .patch_voucher("FLASHB", json!({"budgetAmount": null}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(gate_budget().await, None);
+    assert_eq!(reserve_n(30, 20).await, 14);
+    let (status, body) = app
+        .patch_voucher("FLASHB", json!({"budgetAmount": 5_000}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("budgetAmount"),
+        "{body}"
     );
 }
 

@@ -67,12 +67,12 @@ fn default_ttl() -> i64 {
     DEFAULT_TTL_SECONDS
 }
 
-/// The gate takes a flash-sale voucher's budget when it loads it, and a change of the budget
-/// has no gate step yet: it is set at creation.
+/// A flash-sale voucher created without a budget cannot be given one (its gate does not keep
+/// the discounts of the uses still on their way to the database apart).
 pub fn flash_budget() -> Invalid {
     Invalid::new(
         "budgetAmount",
-        "a flash-sale voucher's budget is set at creation and cannot change yet",
+        "a flash-sale voucher created without a budget cannot be given one",
     )
 }
 

@@ -111,8 +111,20 @@ pub enum Patched {
     NotLoaded,
     /// The uses granted exceed the new limit: nothing changed.
     LimitBelowUsed,
+    /// The discounts granted exceed the new budget: nothing changed.
+    BudgetBelowUsed,
     /// The caller's gate lock expired or was taken: nothing changed.
     LockLost,
+}
+
+/// What a change does to the gate's money left ([`Gate::patch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetStep {
+    Keep,
+    /// Added to the money left (a lower budget subtracts).
+    Add(i64),
+    /// The voucher has no budget any more.
+    Remove,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -663,7 +675,7 @@ impl Gate {
         parse_copy(&reply, what)
     }
 
-    /// Sets `remaining` to `to` and the money budget left to `to_budget` (None: leaves it) only
+    /// Sets `remaining` to `to` and the money budget left to `to_budget` (None: none) only
     /// if they still read `from`, no order is pending, no order gained or lost a use since
     /// `moves` was read, nobody holds the gate lock, and the gate's rules are of `version` (the
     /// reconciler's repair).
@@ -743,15 +755,21 @@ impl Gate {
     }
 
     /// A change of the voucher (PATCH), under the gate lock `token` holds: adds `delta` to
-    /// `remaining` unless it would go below zero, and sets the rules to `meta` (None: leaves
-    /// them).
+    /// `remaining` unless it would go below zero, takes the budget `step` (an addition to the
+    /// money left, refused below zero too), and sets the rules to `meta` (None: leaves them).
     pub async fn patch(
         &self,
         code: &VoucherCode,
         token: &str,
         delta: i64,
+        step: BudgetStep,
         meta: Option<&GateMeta>,
     ) -> Result<Patched, GateError> {
+        let step = match step {
+            BudgetStep::Keep => String::new(),
+            BudgetStep::Add(money) => money.to_string(),
+            BudgetStep::Remove => "DEL".to_owned(),
+        };
         let k = self.keys(code);
         let fields = meta.map(meta_args).unwrap_or_default();
         // Not `invoke`: a patch adds `delta`, and one that ran before its reply was lost must
@@ -765,6 +783,7 @@ impl Gate {
                     .key(&k.loading)
                     .arg(token)
                     .arg(delta)
+                    .arg(step)
                     .arg(&fields),
             )
             .await?;

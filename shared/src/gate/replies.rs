@@ -229,6 +229,7 @@ pub(super) fn parse_patched(reply: &str) -> Result<Patched, GateError> {
         "APPLIED" => Ok(Patched::Applied),
         "NOT_LOADED" => Ok(Patched::NotLoaded),
         "LIMIT_BELOW_USED" => Ok(Patched::LimitBelowUsed),
+        "BUDGET_BELOW_USED" => Ok(Patched::BudgetBelowUsed),
         "LOCK_LOST" => Ok(Patched::LockLost),
         other => Err(GateError::Reply(other.to_owned())),
     }

@@ -6,10 +6,16 @@
 //! and no reconciler repair runs in between):
 //!
 //! 1. the gate takes rules that refuse whatever the old *or* the new rules refuse, and gives up
-//!    the uses a lower limit takes away (refused when the uses granted, in flight ones included,
-//!    exceed the new limit: LIMIT_BELOW_USED, nothing changed);
-//! 2. Postgres takes the new rules and limit (`fg_patch_voucher`);
-//! 3. the gate takes the new rules and the uses a higher limit adds.
+//!    the uses a lower limit takes away and the money a lower budget takes away (refused when
+//!    the uses or discounts granted, in flight ones included, exceed the new limit or budget:
+//!    LIMIT_BELOW_USED or BUDGET_BELOW_USED, nothing changed);
+//! 2. Postgres takes the new rules, limit and budget (`fg_patch_voucher`);
+//! 3. the gate takes the new rules, the uses a higher limit adds and the money a higher budget
+//!    adds, or drops a budget that was removed.
+//!
+//! A flash-sale voucher created without a budget cannot be given one: the gate would have to
+//! count the discounts of the uses on their way to Postgres (mode B), which it does not keep
+//! apart.
 //!
 //! So at no moment do the gate and Postgres together grant what either the old or the new
 //! rules refuse. A failure after step 1 leaves the gate stricter than Postgres, never looser:
@@ -22,7 +28,7 @@ use std::time::{Duration, Instant};
 use super::Reservations;
 use crate::domain::{flash_budget, VoucherCode, VoucherPatch, VoucherView};
 use crate::errors::{GetVoucherError, PatchVoucherError};
-use crate::gate::{GateMeta, Patched};
+use crate::gate::{BudgetStep, GateMeta, Patched};
 use crate::store::{PatchOutcome, VoucherState};
 use crate::telemetry::Chain;
 
@@ -122,9 +128,21 @@ impl Reservations {
         // Read under the lock: no other change of this voucher runs now.
         let state = self.state(code).await?;
         let next = patch.apply(&state.rules)?;
-        if next.budget_amount != state.rules.budget_amount {
-            return Err(flash_budget().into());
-        }
+        // The money step: what a lower budget takes before Postgres, what a higher one adds
+        // (or a removal does) after.
+        let (take, give) = match (state.rules.budget_amount, next.budget_amount) {
+            (None, None) => (BudgetStep::Keep, BudgetStep::Keep),
+            (Some(old), Some(new)) => (
+                BudgetStep::Add((new - old).min(0)),
+                BudgetStep::Add((new - old).max(0)),
+            ),
+            (Some(_), None) => (BudgetStep::Keep, BudgetStep::Remove),
+            (None, Some(_)) => return Err(flash_budget().into()),
+        };
+        let undo = match take {
+            BudgetStep::Add(money) => BudgetStep::Add(-money),
+            other => other,
+        };
         let slots = patch.slots(state.counter_slots, &next)?;
         if next == state.rules && slots.is_none() {
             return Ok(true);
@@ -137,7 +155,7 @@ impl Reservations {
         let strict = old.stricter(&GateMeta::of(&next, ttl, state.version));
         match self
             .gate
-            .patch(code, token, delta.min(0), Some(&strict))
+            .patch(code, token, delta.min(0), take, Some(&strict))
             .await?
         {
             Patched::Applied | Patched::NotLoaded => {}
@@ -145,6 +163,13 @@ impl Reservations {
                 return Err(PatchVoucherError::LimitBelowUsed(
                     "the uses granted, those still on their way to the database included, \
                      exceed it"
+                        .into(),
+                ))
+            }
+            Patched::BudgetBelowUsed => {
+                return Err(PatchVoucherError::BudgetBelowUsed(
+                    "the discounts granted, those still on their way to the database \
+                     included, exceed it"
                         .into(),
                 ))
             }
@@ -160,8 +185,8 @@ impl Reservations {
             Ok(outcome) => match written(code, outcome) {
                 Ok(Some(version)) => version,
                 refused => {
-                    // Nothing was written: the gate goes back to the old rules and count.
-                    self.gate_step(code, token, -delta.min(0), &old).await;
+                    // Nothing was written: the gate goes back to the old rules, count and money.
+                    self.gate_step(code, token, -delta.min(0), undo, &old).await;
                     return refused.map(|_| false);
                 }
             },
@@ -175,6 +200,7 @@ impl Reservations {
             code,
             token,
             delta.max(0),
+            give,
             &GateMeta::of(&next, ttl, version),
         )
         .await;
@@ -186,8 +212,15 @@ impl Reservations {
 
     /// A gate step after Postgres has decided. A failure leaves the gate stricter than
     /// Postgres (it is logged; the reconciler repairs it).
-    async fn gate_step(&self, code: &VoucherCode, token: &str, delta: i64, meta: &GateMeta) {
-        match self.gate.patch(code, token, delta, Some(meta)).await {
+    async fn gate_step(
+        &self,
+        code: &VoucherCode,
+        token: &str,
+        delta: i64,
+        step: BudgetStep,
+        meta: &GateMeta,
+    ) {
+        match self.gate.patch(code, token, delta, step, Some(meta)).await {
             Ok(Patched::Applied | Patched::NotLoaded) => {}
             Ok(other) => {
                 tracing::error!(
