@@ -120,7 +120,7 @@ async fn the_services_grants(db: &tokio_postgres::Client) -> Vec<String> {
                FROM pg_class, unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p
               WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p', 'v')
                 AND relname <> 'refinery_schema_history'
-                AND (p <> 'DELETE' OR relname IN ('voucher_customer', 'voucher_rules'))
+                AND (p <> 'DELETE' OR relname IN ('voucher_customer', 'voucher_rules', 'voucher_slot'))
              UNION ALL
              SELECT 'sequence ' || relname, p
                FROM pg_class, unnest(ARRAY['USAGE', 'SELECT']) AS p
@@ -189,6 +189,15 @@ async fn the_service_runs_as_the_application_role_migrate_creates() {
         .patch_voucher("ROLE-STD", json!({"totalLimit": 8}))
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    // More counter slots, then fewer (the empty ones are deleted), and a money budget.
+    for change in [
+        json!({"counterSlots": 4}),
+        json!({"counterSlots": 2}),
+        json!({"budgetAmount": 1_000}),
+    ] {
+        let (status, body) = app.patch_voucher("ROLE-STD", change.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{change}: {body}");
+    }
     app.app.sweeper().sweep().await.expect("sweep");
     let (status, body) = app.health().await;
     assert_eq!(status, StatusCode::OK, "{body}");
