@@ -36,14 +36,15 @@ if not r or not remaining then
   return {'NOT_LOADED', '', '0', '0', '0', ''}
 end
 local uses = tonumber(redis.call('HGET', KEYS[3], customer) or '0')
-local refusal = rules_refusal(r, tonumber(remaining), uses, amount, now)
+local discount = rules_discount(r, amount)
+local refusal = rules_refusal(r, tonumber(remaining), uses, amount, discount, now)
 if refusal then
   return {refusal, '', '0', '0', '0', ''}
 end
 
 local held = {customer = customer, reserved = ARGV[4],
               expires = string.format('%.0f', now + r.ttl),
-              discount = rules_discount(r, amount), amount = ARGV[3], version = r.version}
+              discount = discount, amount = ARGV[3], version = r.version}
 redis.call('DECR', KEYS[2])
 -- HINCRBY refuses "-0": a zero discount leaves the budget as it is.
 if r.budget and held.discount ~= '0' then

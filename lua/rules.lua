@@ -37,8 +37,9 @@ local function rules_discount(r, amount)
   return string.format('%.0f', d)
 end
 
--- Why a reserve of `amount` by a customer holding `uses` would be refused at `now` (ms), or nil.
-local function rules_refusal(r, remaining, uses, amount, now)
+-- Why a reserve of `amount` (its discount `discount`, from rules_discount) by a customer holding
+-- `uses` would be refused at `now` (ms), or nil.
+local function rules_refusal(r, remaining, uses, amount, discount, now)
   if not r.active then return 'INACTIVE' end
   if now < r.starts then return 'NOT_STARTED' end
   if now >= r.ends then return 'EXPIRED' end
@@ -47,6 +48,6 @@ local function rules_refusal(r, remaining, uses, amount, now)
   if uses >= r.per_user then return 'ALREADY_USED' end
   if remaining <= 0 then return 'OUT_OF_STOCK' end
   -- Money after stock, as Postgres decides: the budget left must cover this discount.
-  if r.budget and tonumber(rules_discount(r, amount)) > r.budget then return 'BUDGET_EXHAUSTED' end
+  if r.budget and tonumber(discount) > r.budget then return 'BUDGET_EXHAUSTED' end
   return nil
 end

@@ -12,8 +12,9 @@ if not r or not remaining then
 end
 local amount = tonumber(ARGV[2])
 local uses = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
-local refusal = rules_refusal(r, tonumber(remaining), uses, amount, tonumber(ARGV[3]))
+local discount = rules_discount(r, amount)
+local refusal = rules_refusal(r, tonumber(remaining), uses, amount, discount, tonumber(ARGV[3]))
 if refusal then
   return {refusal, '0'}
 end
-return {'ELIGIBLE', rules_discount(r, amount)}
+return {'ELIGIBLE', discount}

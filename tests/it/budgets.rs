@@ -43,11 +43,10 @@ crate::in_modes!(
 );
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-
-use std::time::Duration;
 
 use crate::harness::{error_of, wait_for, Mode, TestApp};
 
@@ -62,31 +61,22 @@ async fn reserve_at_once(
     code: &str,
     requests: &[(i64, i64)],
 ) -> Vec<Result<i64, String>> {
-    let barrier = Arc::new(tokio::sync::Barrier::new(requests.len()));
-    let tasks: Vec<_> = requests
+    let requests = requests
         .iter()
-        .map(|&(customer, amount)| {
-            let (app, barrier, code) = (app.clone(), barrier.clone(), code.to_owned());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                app.reserve(&code, customer, &format!("o-{customer}"), amount)
-                    .await
-            })
-        })
+        .map(|&(customer, amount)| (customer, format!("o-{customer}"), amount))
         .collect();
-    let mut answers = Vec::new();
-    for task in tasks {
-        let (status, body) = task.await.unwrap();
-        answers.push(match status {
+    app.reserve_each(code, requests)
+        .await
+        .into_iter()
+        .map(|(status, body)| match status {
             StatusCode::CREATED => {
                 let body: Value = serde_json::from_str(&body).unwrap();
                 Ok(body["discountAmount"].as_i64().unwrap())
             }
             StatusCode::CONFLICT => Err(error_of(&body)),
             other => panic!("unexpected {other}: {body}"),
-        });
-    }
-    answers
+        })
+        .collect()
 }
 
 /// The view's budget agrees with the rows: `used` is the discounts of the active uses.

@@ -648,6 +648,8 @@ async fn bad_input_to_the_new_routes_gets_a_4xx_naming_the_problem_and_writes_no
         ("patch: totalLimit zero", patch("BAD", json!({"totalLimit": 0})), invalid, "totalLimit"),
         ("patch: totalLimit a word", patch("BAD", json!({"totalLimit": "ten"})), invalid, "totalLimit"),
         ("patch: perUserLimit negative", patch("BAD", json!({"perUserLimit": -1})), invalid, "perUserLimit"),
+        ("patch: budgetAmount negative", patch("BAD", json!({"budgetAmount": -1})), invalid, "budgetAmount"),
+        ("patch: budgetAmount a word", patch("BAD", json!({"budgetAmount": "lots"})), invalid, "budgetAmount"),
         ("patch: active a word", patch("BAD", json!({"active": "no"})), invalid, "active"),
         ("patch: flashSale", patch("BAD", json!({"flashSale": true})), invalid, "flashSale"),
         ("patch: amount and percent", patch("BAD", json!({"discountAmount": 1, "discountPercent": 5})), invalid, "discountPercent"),

@@ -183,8 +183,8 @@ pub(super) fn parse_removed(reply: &str) -> Result<Removed, GateError> {
     }
 }
 
-/// `counts.lua`'s reply: `{remaining, moves}`, `remaining` empty when the voucher is not
-/// loaded (None).
+/// `counts.lua`'s reply: `{remaining, moves, budget}`, `remaining` empty when the voucher is
+/// not loaded (None), `budget` empty when it has none.
 pub(super) fn parse_counts(reply: &[String]) -> Result<Option<GateCounts>, GateError> {
     let [remaining, moves, budget] = reply else {
         return Err(GateError::Reply(format!("{reply:?}")));

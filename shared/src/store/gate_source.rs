@@ -22,7 +22,7 @@ pub struct GateSource {
     pub version: i64,
     /// `total_limit` less the uses held.
     pub remaining: i64,
-    /// The budget less the discounts held (None: no budget).
+    /// The budget less the discounts held (None: no budget, or one removed: NULL amount).
     pub budget_left: Option<i64>,
     /// Each customer's active uses (empty unless asked for).
     pub users: Vec<(i64, i32)>,
@@ -40,10 +40,6 @@ pub struct GateCheck {
     pub released: Vec<String>,
 }
 
-/// The money left to give, as the gate holds it: the budget less the discounts held.
-const BUDGET_LEFT: &str = "(SELECT b.amount - b.used FROM voucher_budget b
-                            WHERE b.voucher_code = v.code AND b.amount IS NOT NULL) AS budget_left";
-
 impl Store {
     /// For the reconciler, in one snapshot: `total_limit` less the uses held, the budget left,
     /// the voucher's version, and which of `orders` (held in the gate) Postgres has released
@@ -58,14 +54,13 @@ impl Store {
                 .client()
                 .await?
                 .query_typed(
-                    &format!(
-                        "SELECT v.total_limit - fg_used(v.code) AS remaining, v.version,
-                                {BUDGET_LEFT},
-                                ARRAY(SELECT r.order_id FROM redemption r
-                                       WHERE r.voucher_code = v.code AND r.order_id = ANY($2)
-                                         AND r.status = 3) AS released
-                           FROM voucher v WHERE v.code = $1"
-                    ),
+                    "SELECT v.total_limit - fg_used(v.code) AS remaining, v.version,
+                            b.amount - b.used AS budget_left,
+                            ARRAY(SELECT r.order_id FROM redemption r
+                                   WHERE r.voucher_code = v.code AND r.order_id = ANY($2)
+                                     AND r.status = 3) AS released
+                       FROM voucher v LEFT JOIN voucher_budget b ON b.voucher_code = v.code
+                      WHERE v.code = $1",
                     &[(&code.as_str(), Type::TEXT), (&orders, Type::TEXT_ARRAY)],
                 )
                 .await?;
@@ -92,24 +87,23 @@ impl Store {
                 .client()
                 .await?
                 .query_typed(
-                    &format!("SELECT v.flash_sale, v.discount_amount, v.discount_percent, v.max_discount_amount,
+                    "SELECT v.flash_sale, v.discount_amount, v.discount_percent, v.max_discount_amount,
                             v.min_order_amount, v.total_limit, v.starts_at, v.ends_at, v.per_user_limit,
                             v.reservation_ttl_seconds, v.active, v.version,
                             v.total_limit - fg_used(v.code) AS remaining,
-                            (SELECT b.amount FROM voucher_budget b
-                              WHERE b.voucher_code = v.code) AS budget_amount,
-                            {BUDGET_LEFT},
+                            b.amount AS budget_amount, b.amount - b.used AS budget_left,
                             CASE WHEN $2 THEN
                               COALESCE((SELECT array_agg(c.customer_id ORDER BY c.customer_id)
                                           FROM voucher_customer c
-                                         WHERE c.voucher_code = v.code AND c.active > 0), '{{}}')
-                            ELSE '{{}}' END AS customers,
+                                         WHERE c.voucher_code = v.code AND c.active > 0), '{}')
+                            ELSE '{}' END AS customers,
                             CASE WHEN $2 THEN
                               COALESCE((SELECT array_agg(c.active ORDER BY c.customer_id)
                                           FROM voucher_customer c
-                                         WHERE c.voucher_code = v.code AND c.active > 0), '{{}}')
-                            ELSE '{{}}' END AS actives
-                       FROM voucher v WHERE v.code = $1"),
+                                         WHERE c.voucher_code = v.code AND c.active > 0), '{}')
+                            ELSE '{}' END AS actives
+                       FROM voucher v LEFT JOIN voucher_budget b ON b.voucher_code = v.code
+                      WHERE v.code = $1",
                     &[(&code.as_str(), Type::TEXT), (&with_users, Type::BOOL)],
                 )
                 .await?;

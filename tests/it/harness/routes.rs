@@ -195,10 +195,24 @@ impl TestApp {
         requests: Vec<(i64, String)>,
         amount: i64,
     ) -> Vec<(StatusCode, String)> {
+        let requests = requests
+            .into_iter()
+            .map(|(customer, order)| (customer, order, amount))
+            .collect();
+        self.reserve_each(code, requests).await
+    }
+
+    /// [`TestApp::reserve_all`] with an order amount of its own for each request (customer,
+    /// orderId, orderAmount).
+    pub async fn reserve_each(
+        self: &Arc<Self>,
+        code: &str,
+        requests: Vec<(i64, String, i64)>,
+    ) -> Vec<(StatusCode, String)> {
         let barrier = Arc::new(tokio::sync::Barrier::new(requests.len()));
         let tasks: Vec<_> = requests
             .into_iter()
-            .map(|(customer, order)| {
+            .map(|(customer, order, amount)| {
                 let (app, barrier, code) = (self.clone(), barrier.clone(), code.to_owned());
                 tokio::spawn(async move {
                     barrier.wait().await;
