@@ -43,6 +43,17 @@ CREATE TYPE public.fg_change AS (
 );
 
 --
+-- Name: fg_any_campaign_code(text[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_any_campaign_code(p_codes text[]) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM voucher v
+                    WHERE v.code = ANY (p_codes) AND v.campaign_id IS NOT NULL);
+$$;
+
+--
 -- Name: fg_change_slots(text, smallint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -166,6 +177,21 @@ END;
 $$;
 
 --
+-- Name: fg_forget_idle_campaign_customer(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_forget_idle_campaign_customer() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM campaign_customer c
+     WHERE c.campaign_id = NEW.campaign_id AND c.customer_id = NEW.customer_id
+       AND c.active = 0;
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: fg_forget_idle_customer(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -197,12 +223,16 @@ DECLARE
     v_per     INT;
     v_ttl     INT;
     taken     SMALLINT;
+    v_camp    BIGINT;
+    v_cper    INT;
+    budgeted  BOOLEAN := false;
 BEGIN
     IF p_status NOT IN (1, 2, 3) THEN
         RAISE EXCEPTION 'fg_merge: bad status %', p_status;
     END IF;
     -- A plain read: the voucher row is never locked or written by a status change.
-    SELECT v.counter_slots, v.per_user_limit, v.reservation_ttl_seconds INTO v_slots, v_per, v_ttl
+    SELECT v.counter_slots, v.per_user_limit, v.reservation_ttl_seconds, v.campaign_id
+      INTO v_slots, v_per, v_ttl, v_camp
       FROM voucher v WHERE v.code = p_code;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'fg_merge: unknown voucher %', p_code USING ERRCODE = 'FG404';
@@ -295,11 +325,45 @@ BEGIN
                 UPDATE voucher_budget b SET used = b.used + r.discount_amount
                  WHERE b.voucher_code = p_code
                    AND (b.amount IS NULL OR b.used + r.discount_amount <= b.amount);
+                budgeted := FOUND;
                 IF NOT FOUND
                    AND EXISTS (SELECT 1 FROM voucher_budget b WHERE b.voucher_code = p_code) THEN
                     refusal := 'BUDGET_EXHAUSTED';
+                END IF;
+                -- A campaign's code: the campaign's counters after the code's own (lock
+                -- order), the customer's over the campaign, then the campaign's uses and money.
+                IF refusal IS NULL AND v_camp IS NOT NULL THEN
+                    SELECT g.per_user_limit INTO v_cper FROM campaign g WHERE g.id = v_camp;
+                    INSERT INTO campaign_customer AS c (campaign_id, customer_id, active)
+                    VALUES (v_camp, r.customer_id, 1)
+                    ON CONFLICT (campaign_id, customer_id)
+                    DO UPDATE SET active = c.active + 1 WHERE v_cper IS NULL OR c.active < v_cper;
+                    IF NOT FOUND THEN
+                        refusal := 'ALREADY_USED';
+                    ELSE
+                        UPDATE campaign_counter k
+                           SET used = k.used + 1, budget_used = k.budget_used + r.discount_amount
+                         WHERE k.campaign_id = v_camp
+                           AND (k.total_limit IS NULL OR k.used < k.total_limit)
+                           AND (k.budget_amount IS NULL
+                                OR k.budget_used + r.discount_amount <= k.budget_amount);
+                        IF NOT FOUND THEN
+                            SELECT CASE WHEN k.used >= k.total_limit THEN 'OUT_OF_STOCK'
+                                        ELSE 'BUDGET_EXHAUSTED' END INTO refusal
+                              FROM campaign_counter k WHERE k.campaign_id = v_camp;
+                            UPDATE campaign_customer c SET active = c.active - 1
+                             WHERE c.campaign_id = v_camp AND c.customer_id = r.customer_id;
+                        END IF;
+                    END IF;
+                END IF;
+                -- Refused after the slot: give back what was taken, in the same order.
+                IF refusal IS NOT NULL THEN
                     UPDATE voucher_slot s SET used = s.used - 1
                      WHERE s.voucher_code = p_code AND s.slot = taken;
+                    IF budgeted THEN
+                        UPDATE voucher_budget b SET used = b.used - r.discount_amount
+                         WHERE b.voucher_code = p_code;
+                    END IF;
                     UPDATE voucher_customer c SET active = c.active - 1
                      WHERE c.voucher_code = p_code AND c.customer_id = r.customer_id;
                 END IF;
@@ -341,6 +405,13 @@ BEGIN
          WHERE s.voucher_code = p_code AND s.slot = r.slot;
         UPDATE voucher_budget b SET used = b.used - r.discount_amount
          WHERE b.voucher_code = p_code;
+        IF v_camp IS NOT NULL THEN
+            UPDATE campaign_customer c SET active = c.active - 1
+             WHERE c.campaign_id = v_camp AND c.customer_id = r.customer_id;
+            UPDATE campaign_counter k
+               SET used = k.used - 1, budget_used = k.budget_used - r.discount_amount
+             WHERE k.campaign_id = v_camp;
+        END IF;
     END IF;
 
     RETURN QUERY SELECT 'APPLIED'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;
@@ -426,6 +497,23 @@ $$;
 --
 
 CREATE FUNCTION public.fg_merge_strict(p_codes text[], p_orders text[], p_customers bigint[], p_statuses smallint[], p_order_amounts bigint[], p_discounts bigint[], p_reserved_at timestamp with time zone[], p_expires_at timestamp with time zone[], p_reasons text[], p_now timestamp with time zone[], p_revoke boolean[]) RETURNS TABLE(idx integer, outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone, flash_sale boolean, error_code text, error_message text)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF fg_any_campaign_code(p_codes) THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'a campaign''s code in the batch';
+    END IF;
+    RETURN QUERY SELECT * FROM fg_merge_strict_single(p_codes, p_orders, p_customers, p_statuses,
+                                                      p_order_amounts, p_discounts, p_reserved_at,
+                                                      p_expires_at, p_reasons, p_now, p_revoke);
+END;
+$$;
+
+--
+-- Name: fg_merge_strict_single(text[], text[], bigint[], smallint[], bigint[], bigint[], timestamp with time zone[], timestamp with time zone[], text[], timestamp with time zone[], boolean[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_merge_strict_single(p_codes text[], p_orders text[], p_customers bigint[], p_statuses smallint[], p_order_amounts bigint[], p_discounts bigint[], p_reserved_at timestamp with time zone[], p_expires_at timestamp with time zone[], p_reasons text[], p_now timestamp with time zone[], p_revoke boolean[]) RETURNS TABLE(idx integer, outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone, flash_sale boolean, error_code text, error_message text)
     LANGUAGE plpgsql
     SET enable_hashjoin TO 'off'
     SET enable_mergejoin TO 'off'
@@ -720,6 +808,52 @@ END;
 $$;
 
 --
+-- Name: fg_patch_campaign(bigint, boolean, timestamp with time zone, timestamp with time zone, bigint, boolean, integer, boolean, bigint, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_patch_campaign(p_id bigint, p_active boolean, p_starts_at timestamp with time zone, p_ends_at timestamp with time zone, p_total_limit bigint, p_clear_total boolean, p_per_user_limit integer, p_clear_per_user boolean, p_budget_amount bigint, p_clear_budget boolean) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    k  RECORD;
+    w  RECORD;
+BEGIN
+    SELECT * INTO k FROM campaign_counter c WHERE c.campaign_id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'NOT_FOUND';
+    END IF;
+    SELECT c.starts_at, c.ends_at INTO w FROM campaign c WHERE c.id = p_id FOR UPDATE;
+    IF COALESCE(p_ends_at, w.ends_at) <= COALESCE(p_starts_at, w.starts_at) THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'WINDOW',
+              DETAIL = format('the window would be %s to %s',
+                              COALESCE(p_starts_at, w.starts_at), COALESCE(p_ends_at, w.ends_at));
+    END IF;
+    IF p_total_limit < k.used THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG409', MESSAGE = 'LIMIT_BELOW_USED',
+              DETAIL = format('%s uses are held', k.used);
+    END IF;
+    IF p_budget_amount < k.budget_used THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG409', MESSAGE = 'BUDGET_BELOW_USED',
+              DETAIL = format('%s is held', k.budget_used);
+    END IF;
+    UPDATE campaign_counter c
+       SET total_limit = CASE WHEN p_clear_total THEN NULL
+                              ELSE COALESCE(p_total_limit, c.total_limit) END,
+           budget_amount = CASE WHEN p_clear_budget THEN NULL
+                                ELSE COALESCE(p_budget_amount, c.budget_amount) END
+     WHERE c.campaign_id = p_id;
+    UPDATE campaign g
+       SET active = COALESCE(p_active, g.active),
+           starts_at = COALESCE(p_starts_at, g.starts_at),
+           ends_at = COALESCE(p_ends_at, g.ends_at),
+           per_user_limit = CASE WHEN p_clear_per_user THEN NULL
+                                 ELSE COALESCE(p_per_user_limit, g.per_user_limit) END
+     WHERE g.id = p_id;
+    RETURN 'APPLIED';
+END;
+$$;
+
+--
 -- Name: fg_patch_voucher(text, bigint, bigint, smallint, bigint, bigint, integer, integer, timestamp with time zone, timestamp with time zone, boolean, smallint, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -906,6 +1040,22 @@ $$;
 --
 
 CREATE FUNCTION public.fg_reserve_strict(p_codes text[], p_orders text[], p_customers bigint[], p_order_amounts bigint[], p_now timestamp with time zone[]) RETURNS TABLE(idx integer, outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone, error_code text, error_message text)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF fg_any_campaign_code(p_codes) THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'a campaign''s code in the batch';
+    END IF;
+    RETURN QUERY SELECT * FROM fg_reserve_strict_single(p_codes, p_orders, p_customers,
+                                                        p_order_amounts, p_now);
+END;
+$$;
+
+--
+-- Name: fg_reserve_strict_single(text[], text[], bigint[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_reserve_strict_single(p_codes text[], p_orders text[], p_customers bigint[], p_order_amounts bigint[], p_now timestamp with time zone[]) RETURNS TABLE(idx integer, outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone, error_code text, error_message text)
     LANGUAGE plpgsql
     SET enable_hashjoin TO 'off'
     SET enable_mergejoin TO 'off'
@@ -1111,31 +1261,39 @@ BEGIN
     SELECT v.*, COALESCE(c.active, 0) AS customer_active,
            EXISTS (SELECT 1 FROM voucher_slot vs
                     WHERE vs.voucher_code = v.code AND vs.used < vs.cap) AS has_room,
-           b.amount - b.used AS budget_left
+           b.amount - b.used AS budget_left,
+           g.active AS g_active, g.starts_at AS g_starts, g.ends_at AS g_ends,
+           g.per_user_limit AS g_per_user, COALESCE(gc.active, 0) AS g_customer_active,
+           k.total_limit - k.used AS g_room, k.budget_amount - k.budget_used AS g_budget_left
       INTO s
       FROM voucher v
       LEFT JOIN voucher_customer c ON c.voucher_code = v.code AND c.customer_id = p_customer
       LEFT JOIN voucher_budget b ON b.voucher_code = v.code
+      LEFT JOIN campaign g ON g.id = v.campaign_id
+      LEFT JOIN campaign_counter k ON k.campaign_id = v.campaign_id
+      LEFT JOIN campaign_customer gc ON gc.campaign_id = v.campaign_id AND gc.customer_id = p_customer
      WHERE v.code = p_code;
     IF FOUND THEN
         d := fg_discount(p_order_amount, s.discount_amount, s.discount_percent,
                          s.max_discount_amount);
     END IF;
+    -- For a campaign's code the campaign's pause and window are the code's (g_* are NULL
+    -- for a single voucher).
     IF NOT FOUND THEN
         outcome := 'VOUCHER_NOT_FOUND';
-    ELSIF NOT s.active THEN
+    ELSIF NOT COALESCE(s.g_active, s.active) THEN
         outcome := 'INACTIVE';
-    ELSIF p_now < s.starts_at THEN
+    ELSIF p_now < COALESCE(s.g_starts, s.starts_at) THEN
         outcome := 'NOT_STARTED';
-    ELSIF p_now >= s.ends_at THEN
+    ELSIF p_now >= COALESCE(s.g_ends, s.ends_at) THEN
         outcome := 'EXPIRED';
     ELSIF p_order_amount < s.min_order_amount THEN
         outcome := 'MIN_ORDER_AMOUNT';
-    ELSIF s.customer_active >= s.per_user_limit THEN
+    ELSIF s.customer_active >= s.per_user_limit OR s.g_customer_active >= s.g_per_user THEN
         outcome := 'ALREADY_USED';
-    ELSIF NOT s.has_room THEN
+    ELSIF NOT s.has_room OR s.g_room <= 0 THEN
         outcome := 'OUT_OF_STOCK';
-    ELSIF s.budget_left < d THEN
+    ELSIF s.budget_left < d OR s.g_budget_left < d THEN
         outcome := 'BUDGET_EXHAUSTED';
     ELSE
         outcome := 'ELIGIBLE';
@@ -1151,6 +1309,76 @@ $$;
 SET default_tablespace = '';
 
 SET default_table_access_method = heap;
+
+--
+-- Name: campaign; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.campaign (
+    id bigint NOT NULL,
+    discount_amount bigint,
+    discount_percent smallint,
+    max_discount_amount bigint,
+    min_order_amount bigint DEFAULT 0 NOT NULL,
+    starts_at timestamp with time zone NOT NULL,
+    ends_at timestamp with time zone NOT NULL,
+    reservation_ttl_seconds integer NOT NULL,
+    active boolean DEFAULT true NOT NULL,
+    per_code_limit integer NOT NULL,
+    per_user_limit integer,
+    code_count bigint DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT campaign_cap_only_with_percent CHECK (((max_discount_amount IS NULL) OR (discount_percent IS NOT NULL))),
+    CONSTRAINT campaign_discount_amount_check CHECK (((discount_amount >= 0) AND (discount_amount <= '1000000000000000'::bigint))),
+    CONSTRAINT campaign_discount_percent_check CHECK (((discount_percent >= 1) AND (discount_percent <= 100))),
+    CONSTRAINT campaign_max_discount_amount_check CHECK (((max_discount_amount >= 0) AND (max_discount_amount <= '1000000000000000'::bigint))),
+    CONSTRAINT campaign_min_order_amount_check CHECK (((min_order_amount >= 0) AND (min_order_amount <= '1000000000000000'::bigint))),
+    CONSTRAINT campaign_one_discount CHECK (((discount_amount IS NULL) <> (discount_percent IS NULL))),
+    CONSTRAINT campaign_per_code_limit_check CHECK ((per_code_limit >= 1)),
+    CONSTRAINT campaign_per_user_limit_check CHECK ((per_user_limit >= 1)),
+    CONSTRAINT campaign_window CHECK ((ends_at > starts_at))
+);
+
+--
+-- Name: campaign_counter; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.campaign_counter (
+    campaign_id bigint NOT NULL,
+    total_limit bigint,
+    used bigint DEFAULT 0 NOT NULL,
+    budget_amount bigint,
+    budget_used bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT campaign_budget_used_within_amount CHECK (((budget_used >= 0) AND ((budget_amount IS NULL) OR (budget_used <= budget_amount)))),
+    CONSTRAINT campaign_counter_budget_amount_check CHECK (((budget_amount >= 0) AND (budget_amount <= '1000000000000000'::bigint))),
+    CONSTRAINT campaign_counter_total_limit_check CHECK ((total_limit >= 0)),
+    CONSTRAINT campaign_used_within_limit CHECK (((used >= 0) AND ((total_limit IS NULL) OR (used <= total_limit))))
+);
+
+--
+-- Name: campaign_customer; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.campaign_customer (
+    campaign_id bigint NOT NULL,
+    customer_id bigint NOT NULL,
+    active integer NOT NULL,
+    CONSTRAINT campaign_customer_active_check CHECK ((active >= 0)),
+    CONSTRAINT campaign_customer_customer_id_check CHECK ((customer_id >= 1))
+);
+
+--
+-- Name: campaign_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.campaign ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.campaign_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
 
 --
 -- Name: redemption; Type: TABLE; Schema: public; Owner: -
@@ -1198,6 +1426,7 @@ CREATE TABLE public.voucher (
     max_discount_amount bigint,
     version bigint DEFAULT 1 NOT NULL,
     gate_loaded boolean DEFAULT false NOT NULL,
+    campaign_id bigint,
     CONSTRAINT voucher_cap_only_with_percent CHECK (((max_discount_amount IS NULL) OR (discount_percent IS NOT NULL))),
     CONSTRAINT voucher_code_check CHECK ((code ~ '^[A-Z0-9_-]{1,32}$'::text)),
     CONSTRAINT voucher_counter_slots_check CHECK (((counter_slots >= 1) AND (counter_slots <= 64))),
@@ -1264,12 +1493,34 @@ CREATE TABLE public.voucher_slot (
     used integer DEFAULT 0 NOT NULL,
     confirmed integer DEFAULT 0 NOT NULL,
     revoked bigint DEFAULT 0 NOT NULL,
+    campaign boolean DEFAULT false NOT NULL,
     CONSTRAINT voucher_slot_cap_check CHECK ((cap >= 0)),
     CONSTRAINT voucher_slot_confirmed_within_used CHECK (((confirmed >= 0) AND (confirmed <= used))),
     CONSTRAINT voucher_slot_revoked_check CHECK ((revoked >= 0)),
     CONSTRAINT voucher_slot_slot_check CHECK (((slot >= 0) AND (slot <= 63))),
     CONSTRAINT voucher_slot_used_within_cap CHECK (((used >= 0) AND (used <= cap)))
 );
+
+--
+-- Name: campaign_counter campaign_counter_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.campaign_counter
+    ADD CONSTRAINT campaign_counter_pkey PRIMARY KEY (campaign_id);
+
+--
+-- Name: campaign_customer campaign_customer_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.campaign_customer
+    ADD CONSTRAINT campaign_customer_pkey PRIMARY KEY (campaign_id, customer_id);
+
+--
+-- Name: campaign campaign_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.campaign
+    ADD CONSTRAINT campaign_pkey PRIMARY KEY (id);
 
 --
 -- Name: redemption redemption_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -1332,6 +1583,12 @@ CREATE INDEX redemption_by_status ON public.redemption USING btree (voucher_code
 CREATE INDEX redemption_reserved_expiry ON public.redemption USING btree (expires_at) WHERE (status = 1);
 
 --
+-- Name: voucher_by_campaign; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX voucher_by_campaign ON public.voucher USING btree (campaign_id, code) WHERE (campaign_id IS NOT NULL);
+
+--
 -- Name: voucher_flash_by_end; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1350,6 +1607,18 @@ CREATE INDEX voucher_in_gate ON public.voucher USING btree (code) WHERE gate_loa
 CREATE INDEX voucher_rules_superseded ON public.voucher_rules USING btree (superseded_at);
 
 --
+-- Name: voucher_single; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX voucher_single ON public.voucher USING btree (code) WHERE (campaign_id IS NULL);
+
+--
+-- Name: campaign_customer campaign_customer_at_zero; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER campaign_customer_at_zero AFTER UPDATE OF active ON public.campaign_customer FOR EACH ROW WHEN ((new.active = 0)) EXECUTE FUNCTION public.fg_forget_idle_campaign_customer();
+
+--
 -- Name: voucher_customer voucher_customer_at_zero; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1359,13 +1628,19 @@ CREATE TRIGGER voucher_customer_at_zero AFTER UPDATE OF active ON public.voucher
 -- Name: voucher_slot voucher_slot_caps_sum; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE CONSTRAINT TRIGGER voucher_slot_caps_sum AFTER INSERT OR DELETE OR UPDATE OF cap, voucher_code ON public.voucher_slot DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.fg_check_slot_caps();
+CREATE CONSTRAINT TRIGGER voucher_slot_caps_sum AFTER INSERT OR UPDATE OF cap, voucher_code ON public.voucher_slot DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((NOT new.campaign)) EXECUTE FUNCTION public.fg_check_slot_caps();
+
+--
+-- Name: voucher_slot voucher_slot_caps_sum_deleted; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER voucher_slot_caps_sum_deleted AFTER DELETE ON public.voucher_slot DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((NOT old.campaign)) EXECUTE FUNCTION public.fg_check_slot_caps();
 
 --
 -- Name: voucher voucher_total_limit_caps_sum; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE CONSTRAINT TRIGGER voucher_total_limit_caps_sum AFTER INSERT OR UPDATE OF total_limit ON public.voucher DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.fg_check_slot_caps();
+CREATE CONSTRAINT TRIGGER voucher_total_limit_caps_sum AFTER INSERT OR UPDATE OF total_limit ON public.voucher DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.campaign_id IS NULL)) EXECUTE FUNCTION public.fg_check_slot_caps();
 
 --
 -- PostgreSQL database dump complete

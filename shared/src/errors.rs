@@ -168,6 +168,9 @@ pub enum PatchVoucherError {
     SlotsInUse(String),
     #[error("budgetAmount: {0}")]
     BudgetBelowUsed(String),
+    /// A campaign's code changes with its campaign.
+    #[error("this code belongs to campaign {0}: change it with PATCH /campaigns/{0}")]
+    CampaignCode(i64),
     /// Another change, or a load into the gate, holds the voucher's gate lock.
     #[error("another change to this voucher is in progress; retry shortly")]
     Busy,
@@ -320,4 +323,34 @@ pub enum ConsumeError {
     Store(#[source] std::sync::Arc<StoreError>),
     #[error("panicked")]
     Panicked,
+}
+
+/// Creating a campaign.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateCampaignError {
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    /// An imported code is a voucher's or another campaign's already: nothing created.
+    #[error("code {0} already exists")]
+    CodeExists(String),
+    /// Generated codes kept meeting existing ones: the pattern's space is too full.
+    #[error("codes: too few free codes of this pattern ({0} could not be drawn); use a longer length or another prefix")]
+    CodesExhausted(u64),
+    #[error("the database is unavailable")]
+    Unavailable(#[from] StoreError),
+}
+
+/// Reading, listing or changing campaigns.
+#[derive(Debug, thiserror::Error)]
+pub enum CampaignError {
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    #[error("campaign {0} does not exist")]
+    NotFound(i64),
+    #[error("totalLimit: {0}")]
+    LimitBelowUsed(String),
+    #[error("budgetAmount: {0}")]
+    BudgetBelowUsed(String),
+    #[error("the database is unavailable")]
+    Unavailable(#[from] StoreError),
 }

@@ -1,5 +1,5 @@
-//! Listings: the `GET /vouchers` and `GET /vouchers/{code}/reservations` queries, their page
-//! size, their opaque cursors, and the [`Page`] they answer with.
+//! Listings: the `GET /vouchers`, `GET /vouchers/{code}/reservations`, `GET /campaigns` and
+//! `GET /campaigns/{id}/codes` queries, their page size, their opaque cursors, and the [`Page`] they answer with.
 
 use serde::{Deserialize, Serialize};
 
@@ -146,6 +146,100 @@ impl ReservationList {
     /// The `next` of a page whose last item is `order_id`.
     pub fn cursor(order_id: &str) -> String {
         cursor_encode("o", order_id)
+    }
+}
+
+/// `GET /campaigns` query, as received.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CampaignListQuery {
+    pub limit: Option<String>,
+    pub after: Option<String>,
+}
+
+/// A page of the campaign listing, in id order.
+#[derive(Debug, Clone)]
+pub struct CampaignList {
+    pub after: Option<i64>,
+    pub limit: i64,
+}
+
+impl CampaignList {
+    pub fn parse(q: CampaignListQuery) -> Result<Self, Invalid> {
+        let after = match q.after.as_deref() {
+            None => None,
+            Some(cursor) => Some(
+                cursor_decode("c", cursor)?
+                    .parse::<i64>()
+                    .map_err(|_| Invalid::new("after", "not a cursor of this listing"))?,
+            ),
+        };
+        Ok(CampaignList {
+            after,
+            limit: page_limit(q.limit.as_deref())?,
+        })
+    }
+
+    /// The `next` of a page whose last item is campaign `id`.
+    pub fn cursor(id: i64) -> String {
+        cursor_encode("c", &id.to_string())
+    }
+}
+
+/// `GET /campaigns/{id}/codes` query, as received.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodeListQuery {
+    pub status: Option<String>,
+    pub limit: Option<String>,
+    pub after: Option<String>,
+}
+
+/// Which of a campaign's codes a listing shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeStatus {
+    /// No active use.
+    Unused,
+    /// At least one active use (RESERVED or CONFIRMED).
+    Used,
+}
+
+/// A page of a campaign's codes, in code order, optionally only the used or unused ones. A
+/// CSV download is the same listing without pages: from `after` to the end.
+#[derive(Debug, Clone)]
+pub struct CodeList {
+    pub campaign: i64,
+    pub status: Option<CodeStatus>,
+    pub after: Option<VoucherCode>,
+    pub limit: i64,
+}
+
+impl CodeList {
+    pub fn parse(campaign: i64, q: CodeListQuery) -> Result<Self, Invalid> {
+        let status = match q.status.as_deref() {
+            None => None,
+            Some("unused") => Some(CodeStatus::Unused),
+            Some("used") => Some(CodeStatus::Used),
+            Some(_) => return Err(Invalid::new("status", "must be unused or used")),
+        };
+        let after = match q.after.as_deref() {
+            None => None,
+            Some(cursor) => Some(
+                VoucherCode::parse(&cursor_decode("k", cursor)?)
+                    .map_err(|_| Invalid::new("after", "not a cursor of this listing"))?,
+            ),
+        };
+        Ok(CodeList {
+            campaign,
+            status,
+            after,
+            limit: page_limit(q.limit.as_deref())?,
+        })
+    }
+
+    /// The `next` of a page whose last item is `code`.
+    pub fn cursor(code: &str) -> String {
+        cursor_encode("k", code)
     }
 }
 

@@ -17,6 +17,8 @@
 //!   event checked against them.
 //! - `voucher`: creating a voucher: [`CreateVoucherRequest`], its limits, [`VoucherRules`] and
 //!   [`NewVoucher`].
+//! - `campaign`: campaigns of unique codes: [`CreateCampaignRequest`], the codes it generates
+//!   ([`CodePattern`]) or imports, [`NewCampaign`], [`CampaignPatch`], [`CampaignView`].
 //! - `patch`: changing one: [`PatchVoucherRequest`] and [`VoucherPatch`].
 //! - `requests`: the bodies about one order, [`ReserveRequest`] and [`ValidateRequest`], and the
 //!   checked [`Reserve`] and [`Validate`] they become.
@@ -27,6 +29,7 @@
 //! The gate's copy of a voucher's rules, `GateMeta`, names Redis fields and so lives in `gate`.
 
 mod amounts;
+mod campaign;
 mod discount;
 mod grant;
 mod ids;
@@ -41,13 +44,18 @@ mod views;
 mod voucher;
 
 pub use amounts::{amount, MAX_AMOUNT};
+pub use campaign::{
+    campaign_id, CampaignPatch, CampaignRules, CampaignView, CodeItem, CodePattern, CodeRng,
+    CreateCampaignRequest, NewCampaign, NewCodes, PatchCampaignRequest, CAMPAIGN_BODY_LIMIT,
+    DEFAULT_CHARSET, MAX_GENERATED, MAX_IMPORTED,
+};
 pub use discount::Discount;
 pub use grant::{Claim, GrantRules};
 pub use ids::{customer_id, OrderId, VoucherCode};
 pub use invalid::Invalid;
 pub use listing::{
-    Page, ReservationList, ReservationListQuery, VoucherList, VoucherListQuery, DEFAULT_PAGE,
-    MAX_PAGE,
+    CampaignList, CampaignListQuery, CodeList, CodeListQuery, CodeStatus, Page, ReservationList,
+    ReservationListQuery, VoucherList, VoucherListQuery, DEFAULT_PAGE, MAX_PAGE,
 };
 pub use outcome::{Held, ReserveOutcome};
 pub use patch::{PatchVoucherRequest, VoucherPatch};

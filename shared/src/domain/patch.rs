@@ -41,7 +41,7 @@ pub struct PatchVoucherRequest {
 }
 
 /// A field that is present must hold a value (absent is `None`; `null` is refused).
-fn not_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+pub(super) fn not_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
@@ -50,7 +50,7 @@ where
 }
 
 /// A field that is present, even as `null`, is `Some`.
-fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+pub(super) fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,

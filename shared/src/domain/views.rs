@@ -45,6 +45,9 @@ pub struct VoucherView {
     /// The money budget, when the voucher has one.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// The campaign whose code this is (its window and pause are the campaign's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub campaign_id: Option<i64>,
 }
 
 /// A voucher's money budget: at most `budget_amount` in discounts over its active uses.

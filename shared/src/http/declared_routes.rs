@@ -217,7 +217,8 @@ async fn every_route_reaches_its_handler_in_its_own_function() {
         let uri = route
             .path
             .replace("{code}", "bad!")
-            .replace("{order_id}", "bad!");
+            .replace("{order_id}", "bad!")
+            .replace("{id}", "bad!");
         for routes in [Routes::All, route.family] {
             let request = Request::builder()
                 .method(route.method)
@@ -320,7 +321,11 @@ async fn the_live_function_serves_its_route_and_nothing_else() {
     };
     assert_eq!(call("GET", LIVE_PATH).await, StatusCode::OK);
     for route in ROUTES.iter().filter(|r| r.family != Routes::Live) {
-        let uri = route.path.replace("{code}", "A").replace("{order_id}", "o");
+        let uri = route
+            .path
+            .replace("{code}", "A")
+            .replace("{order_id}", "o")
+            .replace("{id}", "1");
         let status = call(route.method, &uri).await;
         assert!(
             matches!(

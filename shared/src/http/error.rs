@@ -8,8 +8,9 @@ use serde::Serialize;
 use super::Outcome;
 use crate::domain::Invalid;
 use crate::errors::{
-    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ListError,
-    PatchVoucherError, ReleaseError, ReserveError, StoreError, WarmupError,
+    CampaignError, ConfirmError, CreateCampaignError, CreateVoucherError, GetReservationError,
+    GetVoucherError, ListError, PatchVoucherError, ReleaseError, ReserveError, StoreError,
+    WarmupError,
 };
 use crate::events::EventError;
 use crate::gate::GateError;
@@ -211,6 +212,9 @@ impl From<PatchVoucherError> for ApiError {
             PatchVoucherError::BudgetBelowUsed(_) => {
                 ApiError::new(StatusCode::CONFLICT, "BUDGET_BELOW_USED", message)
             }
+            PatchVoucherError::CampaignCode(_) => {
+                ApiError::new(StatusCode::CONFLICT, "CAMPAIGN_CODE", message)
+            }
             PatchVoucherError::Busy => ApiError::unavailable(message),
             PatchVoucherError::Unavailable(e) => e.into(),
             PatchVoucherError::Gate(e) => e.into(),
@@ -275,6 +279,41 @@ impl From<ReleaseError> for ApiError {
             ReleaseError::Pending => ApiError::unavailable(message),
             ReleaseError::Unavailable(e) => e.into(),
             ReleaseError::Gate(e) => e.into(),
+        }
+    }
+}
+
+impl From<CreateCampaignError> for ApiError {
+    fn from(e: CreateCampaignError) -> Self {
+        let message = e.to_string();
+        match e {
+            CreateCampaignError::Invalid(e) => e.into(),
+            CreateCampaignError::CodeExists(_) => {
+                ApiError::new(StatusCode::CONFLICT, "CODE_EXISTS", message)
+            }
+            CreateCampaignError::CodesExhausted(_) => {
+                ApiError::new(StatusCode::CONFLICT, "CODES_EXHAUSTED", message)
+            }
+            CreateCampaignError::Unavailable(e) => e.into(),
+        }
+    }
+}
+
+impl From<CampaignError> for ApiError {
+    fn from(e: CampaignError) -> Self {
+        let message = e.to_string();
+        match e {
+            CampaignError::Invalid(e) => e.into(),
+            CampaignError::NotFound(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "CAMPAIGN_NOT_FOUND", message)
+            }
+            CampaignError::LimitBelowUsed(_) => {
+                ApiError::new(StatusCode::CONFLICT, "LIMIT_BELOW_USED", message)
+            }
+            CampaignError::BudgetBelowUsed(_) => {
+                ApiError::new(StatusCode::CONFLICT, "BUDGET_BELOW_USED", message)
+            }
+            CampaignError::Unavailable(e) => e.into(),
         }
     }
 }

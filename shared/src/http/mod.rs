@@ -32,9 +32,11 @@ use tracing::Instrument as _;
 pub use self::access::Access;
 use crate::app::App;
 use crate::domain::{
-    CreateVoucherRequest, NewVoucher, OrderId, PatchVoucherRequest, ReservationList,
-    ReservationListQuery, Reserve, ReserveRequest, Validate, ValidateRequest, VoucherCode,
-    VoucherList, VoucherListQuery, VoucherPatch,
+    campaign_id, CampaignList, CampaignListQuery, CampaignPatch, CodeList, CodeListQuery,
+    CreateCampaignRequest, CreateVoucherRequest, NewCampaign, NewVoucher, OrderId,
+    PatchCampaignRequest, PatchVoucherRequest, ReservationList, ReservationListQuery, Reserve,
+    ReserveRequest, Validate, ValidateRequest, VoucherCode, VoucherList, VoucherListQuery,
+    VoucherPatch, CAMPAIGN_BODY_LIMIT,
 };
 use crate::telemetry::metrics;
 pub use error::ApiError;
@@ -174,6 +176,41 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "POST",
+        path: "/campaigns",
+        family: Routes::Admin,
+        access: Access::Operators,
+        handler: || post(create_campaign),
+    },
+    Route {
+        method: "GET",
+        path: "/campaigns",
+        family: Routes::Admin,
+        access: Access::Operators,
+        handler: || get(list_campaigns),
+    },
+    Route {
+        method: "GET",
+        path: "/campaigns/{id}",
+        family: Routes::Admin,
+        access: Access::Operators,
+        handler: || get(get_campaign),
+    },
+    Route {
+        method: "PATCH",
+        path: "/campaigns/{id}",
+        family: Routes::Admin,
+        access: Access::Operators,
+        handler: || patch(patch_campaign),
+    },
+    Route {
+        method: "GET",
+        path: "/campaigns/{id}/codes",
+        family: Routes::Admin,
+        access: Access::Operators,
+        handler: || get(list_codes),
+    },
+    Route {
+        method: "POST",
         path: "/vouchers/{code}/validations",
         family: Routes::Reserve,
         access: Access::OrderService,
@@ -273,7 +310,10 @@ pub struct BodyDeadline(pub tokio::time::Instant);
 /// The body must be declared `application/json` (or `application/*+json`), else 415: an HTML
 /// form or a `text/plain` request, which a browser sends cross-site without asking, never
 /// reaches a handler.
-pub struct JsonBody<T>(pub T);
+///
+/// `LIMIT` is the largest body accepted: [`BODY_LIMIT`] but where a route takes more (a
+/// campaign's imported codes).
+pub struct JsonBody<T, const LIMIT: usize = BODY_LIMIT>(pub T);
 
 /// Whether a `Content-Type` value declares JSON: `application/json` or `application/*+json`,
 /// parameters (`; charset=utf-8`) allowed, case ignored.
@@ -286,9 +326,9 @@ fn declares_json(content_type: &str) -> bool {
         && (subtype.eq_ignore_ascii_case("json") || subtype.to_ascii_lowercase().ends_with("+json"))
 }
 
-/// The body, at most [`BODY_LIMIT`] bytes; past it, the rest is read and dropped up to
-/// [`DRAIN_LIMIT`] so the client is reading when its 413 comes.
-async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+/// The body, at most `limit` bytes; past it, the rest is read and dropped up to
+/// [`DRAIN_LIMIT`] (or `limit`, when larger) so the client is reading when its 413 comes.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     use http_body_util::BodyExt as _;
     let mut body = body;
     let (mut kept, mut seen) = (Vec::new(), 0usize);
@@ -304,19 +344,21 @@ async fn read_body(body: Body) -> Result<Bytes, ApiError> {
             continue; // trailers
         };
         seen += data.len();
-        if seen <= BODY_LIMIT {
+        if seen <= limit {
             kept.extend_from_slice(&data);
-        } else if seen > DRAIN_LIMIT {
+        } else if seen > DRAIN_LIMIT.max(limit) {
             break;
         }
     }
-    if seen > BODY_LIMIT {
-        return Err(ApiError::too_large(BODY_LIMIT));
+    if seen > limit {
+        return Err(ApiError::too_large(limit));
     }
     Ok(Bytes::from(kept))
 }
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+impl<T: DeserializeOwned, S: Send + Sync, const LIMIT: usize> FromRequest<S>
+    for JsonBody<T, LIMIT>
+{
     type Rejection = ApiError;
 
     async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
@@ -335,7 +377,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             ));
         }
         let deadline = req.extensions().get::<BodyDeadline>().copied();
-        let read = read_body(req.into_body());
+        let read = read_body(req.into_body(), LIMIT);
         let read = match deadline {
             Some(BodyDeadline(at)) => tokio::time::timeout_at(at, read).await.map_err(|_| {
                 ApiError::new(
@@ -392,6 +434,87 @@ async fn create_voucher(
     let voucher = NewVoucher::try_from(body)?;
     let view = app.reservations().create_voucher(&voucher).await?;
     Ok(ok(StatusCode::CREATED, "CREATED", Json(view)))
+}
+
+async fn create_campaign(
+    State(app): State<App>,
+    JsonBody(body): JsonBody<CreateCampaignRequest, CAMPAIGN_BODY_LIMIT>,
+) -> Result<Response, ApiError> {
+    let campaign = NewCampaign::try_from(body)?;
+    let view = app.reservations().create_campaign(&campaign).await?;
+    Ok(ok(StatusCode::CREATED, "CREATED", Json(view)))
+}
+
+async fn get_campaign(
+    State(app): State<App>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = campaign_id(&path(id)?)?;
+    let view = app.reservations().campaign(id).await?;
+    Ok(ok(StatusCode::OK, "FOUND", Json(view)))
+}
+
+async fn list_campaigns(
+    State(app): State<App>,
+    q: Result<Query<CampaignListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let list = CampaignList::parse(query(q)?)?;
+    let page = app.reservations().campaigns(&list).await?;
+    Ok(ok(StatusCode::OK, "LISTED", Json(page)))
+}
+
+async fn patch_campaign(
+    State(app): State<App>,
+    id: Result<Path<String>, PathRejection>,
+    JsonBody(body): JsonBody<PatchCampaignRequest>,
+) -> Result<Response, ApiError> {
+    let id = campaign_id(&path(id)?)?;
+    let patch = CampaignPatch::try_from(body)?;
+    let view = app.reservations().patch_campaign(id, &patch).await?;
+    Ok(ok(StatusCode::OK, "PATCHED", Json(view)))
+}
+
+/// A page of JSON, or with `Accept: text/csv` every code from `after` on as one CSV download,
+/// read from Postgres as it is sent.
+async fn list_codes(
+    State(app): State<App>,
+    id: Result<Path<String>, PathRejection>,
+    q: Result<Query<CodeListQuery>, QueryRejection>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = campaign_id(&path(id)?)?;
+    let list = CodeList::parse(id, query(q)?)?;
+    let csv = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/csv"));
+    if !csv {
+        let page = app.reservations().campaign_codes(&list).await?;
+        return Ok(ok(StatusCode::OK, "LISTED", Json(page)));
+    }
+    use futures::StreamExt as _;
+    let rows = app.reservations().campaign_codes_stream(&list).await?;
+    let lines = rows.map(|item| {
+        item.map(|c| Bytes::from(format!("{},{}\n", c.code, c.used_count)))
+            .inspect_err(
+                |e| tracing::error!(error = %crate::telemetry::Chain(e), "code listing cut short"),
+            )
+    });
+    let body =
+        futures::stream::once(async { Ok(Bytes::from_static(b"code,usedCount\n")) }).chain(lines);
+    let headers = [
+        (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+        (
+            header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"campaign-{id}-codes.csv\""),
+        ),
+    ];
+    Ok(ok(
+        StatusCode::OK,
+        "LISTED",
+        (headers, Body::from_stream(body)),
+    ))
 }
 
 async fn get_voucher(

@@ -7,6 +7,7 @@
 //! the merge (mode A) or sent as an event (mode B). `warmup` loads a flash voucher into the
 //! gate. See docs/ARCHITECTURE.md, "Standard mode" and "Flash-sale mode".
 
+mod campaigns;
 mod flash;
 mod group_commit;
 mod patch;
@@ -35,6 +36,9 @@ use flash::Flash;
 use group_commit::GroupCommit;
 pub use warmup::{Warmed, Warmup};
 
+/// Most voucher kinds a process keeps (about 100 bytes each).
+const KINDS_KEPT: usize = 100_000;
+
 /// The clients the reservation service runs on, built once per process (see `App::new`).
 #[derive(Clone)]
 pub struct Parts {
@@ -53,7 +57,7 @@ pub struct Reservations {
     flash: Flash,
     warmup: Warmup,
     /// A voucher's kind never changes after creation, so only a process's first request for a
-    /// code reads it from Postgres.
+    /// code reads it from Postgres. At most [`KINDS_KEPT`] codes: campaigns bring millions.
     kinds: Arc<RwLock<HashMap<String, VoucherKind>>>,
 }
 
@@ -186,10 +190,12 @@ impl Reservations {
         }
         let found = self.store.kind(code).await?;
         if let Some(kind) = found {
-            self.kinds
-                .write()
-                .unwrap()
-                .insert(code.as_str().to_owned(), kind);
+            let mut kinds = self.kinds.write().unwrap();
+            // Forgetting them all is one allocation's work and costs each code one more read.
+            if kinds.len() >= KINDS_KEPT {
+                kinds.clear();
+            }
+            kinds.insert(code.as_str().to_owned(), kind);
         }
         Ok(found)
     }

@@ -47,11 +47,14 @@ impl Reservations {
         patch: &VoucherPatch,
     ) -> Result<VoucherView, PatchVoucherError> {
         // The kind never changes (it is cached); the state is read where the change is made.
-        let flash_sale = self
+        let kind = self
             .kind(code)
             .await?
-            .ok_or_else(|| PatchVoucherError::NotFound(code.as_str().to_owned()))?
-            .flash_sale;
+            .ok_or_else(|| PatchVoucherError::NotFound(code.as_str().to_owned()))?;
+        if let Some(campaign) = kind.campaign_id {
+            return Err(PatchVoucherError::CampaignCode(campaign));
+        }
+        let flash_sale = kind.flash_sale;
         for _ in 0..ATTEMPTS {
             let done = if flash_sale {
                 self.patch_flash(code, patch).await?

@@ -12,6 +12,7 @@
 //! - `pool`: connecting (TLS, credentials), creating the database, and the migrations.
 //! - `role`: the least-privilege application role `migrate` creates and grants.
 //! - `vouchers`: creating, reading, listing and changing vouchers.
+//! - `campaigns`: creating campaigns with their codes, reading, listing and changing them.
 //! - `reservations`: reserves (one or a batch), validation, reading and listing reservations.
 //! - `merge`: the one status change, `fg_merge`: confirm, release, and every write of the gate,
 //!   the events and the sweeps.
@@ -20,6 +21,7 @@
 //! - `rows`: the row readers more than one of those files share (a reader only one query needs
 //!   stays next to it).
 
+mod campaigns;
 mod gate_source;
 mod merge;
 mod pool;

@@ -20,11 +20,16 @@ use tokio_postgres::types::Type;
 use crate::config::DatabaseCredentials;
 use crate::errors::StoreError;
 
-/// The tables the service deletes rows from: customer counters back at zero (the V12 trigger
-/// runs as the caller), rules no event can still need (the sweeper) and counter slots a change
-/// of `counterSlots` removes (`fg_change_slots`, V15, which runs as the caller). Every other
+/// The tables the service deletes rows from: customer counters back at zero (the V12 and V17
+/// triggers run as the caller), rules no event can still need (the sweeper) and counter slots a
+/// change of `counterSlots` removes (`fg_change_slots`, V15, which runs as the caller). Every other
 /// table is only read, inserted and updated.
-pub const DELETES_FROM: &[&str] = &["voucher_customer", "voucher_rules", "voucher_slot"];
+pub const DELETES_FROM: &[&str] = &[
+    "campaign_customer",
+    "voucher_customer",
+    "voucher_rules",
+    "voucher_slot",
+];
 
 /// Creates or updates the role and makes its privileges exactly the service's, in one
 /// transaction: a function logging in meanwhile sees the old grants or the new, never none.

@@ -19,6 +19,8 @@ use crate::telemetry::metrics::{timed, Dependency};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VoucherKind {
     pub flash_sale: bool,
+    /// The campaign whose code it is.
+    pub campaign_id: Option<i64>,
 }
 
 /// A voucher as a change to it starts from: its rules and the version they are at.
@@ -90,14 +92,20 @@ pub enum PatchOutcome {
 /// The voucher view's columns, for one voucher or a page of them. The counts are the counters
 /// `fg_merge` keeps on the voucher's slots (at most 64 rows), so a view costs the same after a
 /// million uses as after none.
+///
+/// A campaign's code shows its campaign's window and pause, which are the ones that count.
 const VOUCHER_VIEW: &str = "
     SELECT v.code, v.discount_amount, v.discount_percent, v.max_discount_amount,
-           v.min_order_amount, v.total_limit, v.per_user_limit, v.starts_at, v.ends_at,
-           v.flash_sale, v.active, v.reservation_ttl_seconds, v.counter_slots,
+           v.min_order_amount, v.total_limit, v.per_user_limit,
+           COALESCE(g.starts_at, v.starts_at) AS starts_at,
+           COALESCE(g.ends_at, v.ends_at) AS ends_at,
+           v.flash_sale, COALESCE(g.active, v.active) AS active, v.reservation_ttl_seconds,
+           v.counter_slots, v.campaign_id,
            n.used, n.used - n.confirmed AS reserved, n.confirmed, n.revoked,
            b.amount AS budget_amount, b.used AS budget_used
       FROM voucher v
       LEFT JOIN voucher_budget b ON b.voucher_code = v.code
+      LEFT JOIN campaign g ON g.id = v.campaign_id
      CROSS JOIN LATERAL (
            SELECT COALESCE(sum(s.used), 0)::int8 AS used,
                   COALESCE(sum(s.confirmed), 0)::int8 AS confirmed,
@@ -136,6 +144,7 @@ fn voucher_view(row: &tokio_postgres::Row) -> VoucherView {
         revoked_count: row.get("revoked"),
         in_flight_count: 0,
         budget: budget_amount.map(|amount| Budget::of(amount, budget_used.unwrap_or(0))),
+        campaign_id: row.get("campaign_id"),
     }
 }
 
@@ -204,6 +213,7 @@ impl Store {
                 revoked_count: 0,
                 in_flight_count: 0,
                 budget: r.budget_amount.map(|amount| Budget::of(amount, 0)),
+                campaign_id: None,
             })
         })
         .await
@@ -227,7 +237,8 @@ impl Store {
         .await
     }
 
-    /// A page of vouchers in code order (keyset: the page after `list.after`).
+    /// A page of vouchers in code order (keyset: the page after `list.after`). Campaigns' codes
+    /// are listed by campaign, not here.
     pub async fn vouchers(&self, list: &VoucherList) -> Result<Page<VoucherView>, ListError> {
         timed(Dependency::Postgres, "vouchers", async {
             let after = list.after.as_ref().map(VoucherCode::as_str);
@@ -237,7 +248,8 @@ impl Store {
                 .await?
                 .query_typed(
                     &format!(
-                        "{VOUCHER_VIEW} WHERE ($1::text IS NULL OR v.code > $1)
+                        "{VOUCHER_VIEW} WHERE v.campaign_id IS NULL
+                            AND ($1::text IS NULL OR v.code > $1)
                           ORDER BY v.code LIMIT $2"
                     ),
                     &[(&after, Type::TEXT), (&(list.limit + 1), Type::INT8)],
@@ -417,12 +429,13 @@ impl Store {
                 .client()
                 .await?
                 .query_typed(
-                    "SELECT flash_sale FROM voucher WHERE code = $1",
+                    "SELECT flash_sale, campaign_id FROM voucher WHERE code = $1",
                     &[(&code.as_str(), Type::TEXT)],
                 )
                 .await?;
             Ok(rows.first().map(|r| VoucherKind {
                 flash_sale: r.get(0),
+                campaign_id: r.get(1),
             }))
         })
         .await

@@ -450,6 +450,19 @@ impl TestApp {
         (status, resp.text().await.expect("body"))
     }
 
+    /// `GET path` with `Accept: text/csv`: the status and the text.
+    pub async fn csv(&self, path: &str) -> (StatusCode, String) {
+        let resp = self
+            .http
+            .get(self.url(path))
+            .header("accept", "text/csv")
+            .send()
+            .await
+            .expect("request");
+        let status = resp.status();
+        (status, resp.text().await.expect("body"))
+    }
+
     pub async fn json(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         let text = body.map(|b| b.to_string());
         let (status, text) = self.call(method, path, text.as_deref()).await;

@@ -56,6 +56,18 @@ pub mod path {
         format!("/vouchers/{code}/reservations/{order}/confirm")
     }
 
+    pub fn campaigns() -> String {
+        "/campaigns".to_owned()
+    }
+
+    pub fn campaign(id: i64) -> String {
+        format!("/campaigns/{id}")
+    }
+
+    pub fn campaign_codes(id: i64) -> String {
+        format!("/campaigns/{id}/codes")
+    }
+
     /// `path` with a query string made of `pairs` (none: `path` alone).
     pub fn with_query(path: String, pairs: &[(&str, &str)]) -> String {
         if pairs.is_empty() {
@@ -209,11 +221,24 @@ impl TestApp {
         code: &str,
         requests: Vec<(i64, String, i64)>,
     ) -> Vec<(StatusCode, String)> {
+        let requests = requests
+            .into_iter()
+            .map(|(customer, order, amount)| (code.to_owned(), customer, order, amount))
+            .collect();
+        self.reserve_codes(requests).await
+    }
+
+    /// [`TestApp::reserve_each`] over codes of their own (code, customer, orderId,
+    /// orderAmount): a campaign's codes at once.
+    pub async fn reserve_codes(
+        self: &Arc<Self>,
+        requests: Vec<(String, i64, String, i64)>,
+    ) -> Vec<(StatusCode, String)> {
         let barrier = Arc::new(tokio::sync::Barrier::new(requests.len()));
         let tasks: Vec<_> = requests
             .into_iter()
-            .map(|(customer, order, amount)| {
-                let (app, barrier, code) = (self.clone(), barrier.clone(), code.to_owned());
+            .map(|(code, customer, order, amount)| {
+                let (app, barrier) = (self.clone(), barrier.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
                     app.reserve(&code, customer, &order, amount).await
@@ -252,5 +277,32 @@ impl TestApp {
     /// `POST /vouchers/{code}/reservations/{order}/confirm`.
     pub async fn confirm(&self, code: &str, order: &str) -> (StatusCode, Value) {
         self.json("POST", &path::confirm(code, order), None).await
+    }
+
+    /// `POST /campaigns`.
+    pub async fn create_campaign(&self, body: Value) -> (StatusCode, Value) {
+        self.json("POST", &path::campaigns(), Some(body)).await
+    }
+
+    /// `GET /campaigns/{id}`.
+    pub async fn campaign(&self, id: i64) -> (StatusCode, Value) {
+        self.json("GET", &path::campaign(id), None).await
+    }
+
+    /// `GET /campaigns`, with these query parameters.
+    pub async fn list_campaigns(&self, query: &[(&str, &str)]) -> (StatusCode, Value) {
+        self.json("GET", &path::with_query(path::campaigns(), query), None)
+            .await
+    }
+
+    /// `PATCH /campaigns/{id}`.
+    pub async fn patch_campaign(&self, id: i64, body: Value) -> (StatusCode, Value) {
+        self.json("PATCH", &path::campaign(id), Some(body)).await
+    }
+
+    /// `GET /campaigns/{id}/codes`, with these query parameters.
+    pub async fn campaign_codes(&self, id: i64, query: &[(&str, &str)]) -> (StatusCode, Value) {
+        let path = path::with_query(path::campaign_codes(id), query);
+        self.json("GET", &path, None).await
     }
 }

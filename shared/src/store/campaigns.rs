@@ -1,0 +1,415 @@
+//! Campaigns: creating one with its codes (generated or imported), reading, listing and
+//! changing them, and listing a campaign's codes.
+//!
+//! A campaign's codes are written in chunks of [`CODE_CHUNK`], each one statement that inserts
+//! the chunk's voucher rows and their slots (`ON CONFLICT DO NOTHING`, so a code that exists
+//! already is seen, not raised), all in the campaign's one transaction: a refused import or a
+//! failure leaves nothing behind. Generated codes come in code order, so each chunk appends to
+//! the indexes where the one before stopped.
+
+use std::collections::HashSet;
+
+use futures::{Stream, StreamExt as _};
+use tokio_postgres::types::{ToSql, Type};
+
+use super::rows::page_next;
+use super::Store;
+use crate::domain::{
+    Budget, CampaignList, CampaignPatch, CampaignView, CodeItem, CodeList, CodeRng, CodeStatus,
+    Discount, NewCampaign, NewCodes, Page, VoucherCode,
+};
+use crate::errors::{CampaignError, CreateCampaignError, StoreError};
+use crate::telemetry::metrics::{timed, Dependency};
+
+/// Codes written per statement.
+const CODE_CHUNK: usize = 10_000;
+/// Draws of a generated code whose range keeps meeting existing codes before giving up.
+const REDRAWS: usize = 8;
+
+/// One chunk of codes: their vouchers (the campaign's rules, one slot capped at the per-code
+/// limit) and slots. Returns the codes written.
+const INSERT_CODES: &str = "
+    WITH ins AS (
+      INSERT INTO voucher (code, discount_amount, discount_percent, max_discount_amount,
+                           min_order_amount, total_limit, per_user_limit, starts_at, ends_at,
+                           flash_sale, active, reservation_ttl_seconds, counter_slots,
+                           campaign_id)
+      SELECT c, g.discount_amount, g.discount_percent, g.max_discount_amount,
+             g.min_order_amount, g.per_code_limit, g.per_code_limit, g.starts_at, g.ends_at,
+             false, true, g.reservation_ttl_seconds, 1, g.id
+        FROM unnest($1::text[]) c, campaign g
+       WHERE g.id = $2
+      ON CONFLICT (code) DO NOTHING
+      RETURNING code, total_limit),
+    s AS (
+      INSERT INTO voucher_slot (voucher_code, slot, cap, campaign)
+      SELECT code, 0, total_limit, true FROM ins)
+    SELECT code FROM ins";
+
+/// The campaign view's columns.
+const CAMPAIGN_VIEW: &str = "
+    SELECT g.id, g.discount_amount, g.discount_percent, g.max_discount_amount,
+           g.min_order_amount, g.starts_at, g.ends_at, g.active, g.reservation_ttl_seconds,
+           g.per_code_limit, g.per_user_limit, g.code_count, g.created_at,
+           k.total_limit, k.used, k.budget_amount, k.budget_used
+      FROM campaign g JOIN campaign_counter k ON k.campaign_id = g.id";
+
+fn campaign_view(row: &tokio_postgres::Row) -> CampaignView {
+    let discount = Discount::from_columns(
+        row.get("discount_amount"),
+        row.get("discount_percent"),
+        row.get("max_discount_amount"),
+    );
+    let (discount_amount, discount_percent, max_discount_amount) = discount.columns();
+    let budget_amount: Option<i64> = row.get("budget_amount");
+    CampaignView {
+        id: row.get("id"),
+        discount_amount,
+        discount_percent,
+        max_discount_amount,
+        min_order_amount: row.get("min_order_amount"),
+        starts_at: row.get("starts_at"),
+        ends_at: row.get("ends_at"),
+        flash_sale: false,
+        active: row.get("active"),
+        reservation_ttl_seconds: row.get::<_, i32>("reservation_ttl_seconds").into(),
+        per_code_limit: row.get::<_, i32>("per_code_limit").into(),
+        total_limit: row.get("total_limit"),
+        per_user_limit: row.get::<_, Option<i32>>("per_user_limit").map(i64::from),
+        code_count: row.get("code_count"),
+        used_count: row.get("used"),
+        budget: budget_amount.map(|amount| Budget::of(amount, row.get("budget_used"))),
+        created_at: row.get("created_at"),
+    }
+}
+
+/// The codes listing: a campaign's codes in code order, with their active uses (one slot each).
+const CODES: &str = "
+    SELECT v.code, s.used::int8 AS used
+      FROM voucher v JOIN voucher_slot s ON s.voucher_code = v.code AND s.slot = 0
+     WHERE v.campaign_id = $1 AND ($2::text IS NULL OR v.code > $2)
+       AND ($3::bool IS NULL OR (s.used > 0) = $3)
+     ORDER BY v.code";
+
+impl Store {
+    pub async fn create_campaign(
+        &self,
+        c: &NewCampaign,
+    ) -> Result<CampaignView, CreateCampaignError> {
+        timed(Dependency::Postgres, "create_campaign", async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(StoreError::from)?;
+            let r = &c.rules;
+            let (amount, percent, cap) = r.discount.columns();
+            let row = tx
+                .query_typed(
+                    "INSERT INTO campaign (discount_amount, discount_percent, max_discount_amount,
+                                           min_order_amount, starts_at, ends_at, active,
+                                           reservation_ttl_seconds, per_code_limit,
+                                           per_user_limit)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                     RETURNING id",
+                    &[
+                        (&amount, Type::INT8),
+                        (&percent, Type::INT2),
+                        (&cap, Type::INT8),
+                        (&r.min_order_amount, Type::INT8),
+                        (&r.starts_at, Type::TIMESTAMPTZ),
+                        (&r.ends_at, Type::TIMESTAMPTZ),
+                        (&r.active, Type::BOOL),
+                        (&r.reservation_ttl_seconds, Type::INT4),
+                        (&r.per_code_limit, Type::INT4),
+                        (&r.per_user_limit, Type::INT4),
+                    ],
+                )
+                .await
+                .map_err(StoreError::from)?;
+            let id: i64 = row.first().ok_or(StoreError::NoRow)?.get(0);
+            tx.query_typed(
+                "INSERT INTO campaign_counter (campaign_id, total_limit, budget_amount)
+                 VALUES ($1, $2, $3)",
+                &[
+                    (&id, Type::INT8),
+                    (&r.total_limit, Type::INT8),
+                    (&r.budget_amount, Type::INT8),
+                ],
+            )
+            .await
+            .map_err(StoreError::from)?;
+
+            match &c.codes {
+                NewCodes::Import(codes) => {
+                    for chunk in codes.chunks(CODE_CHUNK) {
+                        let asked: Vec<&str> = chunk.iter().map(VoucherCode::as_str).collect();
+                        let written = insert_codes(&tx, &asked, id).await?;
+                        if let Some(taken) = asked.iter().find(|code| !written.contains(**code)) {
+                            return Err(CreateCampaignError::CodeExists((*taken).to_owned()));
+                        }
+                    }
+                }
+                NewCodes::Generate(pattern) => {
+                    let mut rng = CodeRng::from_os();
+                    let mut start = 0;
+                    while start < pattern.count {
+                        let end = (start + CODE_CHUNK as u64).min(pattern.count);
+                        let mut pending: Vec<(u64, String)> = (start..end)
+                            .map(|i| (i, pattern.draw(&mut rng, i)))
+                            .collect();
+                        for _ in 0..REDRAWS {
+                            let asked: Vec<&str> =
+                                pending.iter().map(|(_, c)| c.as_str()).collect();
+                            let written = insert_codes(&tx, &asked, id).await?;
+                            pending.retain(|(_, code)| !written.contains(code));
+                            if pending.is_empty() {
+                                break;
+                            }
+                            // Taken by a voucher or another campaign: draw again in its range.
+                            for (i, code) in pending.iter_mut() {
+                                *code = pattern.draw(&mut rng, *i);
+                            }
+                        }
+                        if !pending.is_empty() {
+                            return Err(CreateCampaignError::CodesExhausted(pending.len() as u64));
+                        }
+                        start = end;
+                    }
+                }
+            }
+            let count = c.codes.count() as i64;
+            tx.query_typed(
+                "UPDATE campaign SET code_count = $2 WHERE id = $1",
+                &[(&id, Type::INT8), (&count, Type::INT8)],
+            )
+            .await
+            .map_err(StoreError::from)?;
+            let row = tx
+                .query_typed(
+                    &format!("{CAMPAIGN_VIEW} WHERE g.id = $1"),
+                    &[(&id, Type::INT8)],
+                )
+                .await
+                .map_err(StoreError::from)?;
+            let view = campaign_view(row.first().ok_or(StoreError::NoRow)?);
+            tx.commit().await.map_err(StoreError::from)?;
+            Ok(view)
+        })
+        .await
+    }
+
+    pub async fn campaign(&self, id: i64) -> Result<CampaignView, CampaignError> {
+        timed(Dependency::Postgres, "campaign", async {
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    &format!("{CAMPAIGN_VIEW} WHERE g.id = $1"),
+                    &[(&id, Type::INT8)],
+                )
+                .await
+                .map_err(StoreError::from)?;
+            rows.first()
+                .map(campaign_view)
+                .ok_or(CampaignError::NotFound(id))
+        })
+        .await
+    }
+
+    /// A page of campaigns in id order.
+    pub async fn campaigns(
+        &self,
+        list: &CampaignList,
+    ) -> Result<Page<CampaignView>, CampaignError> {
+        timed(Dependency::Postgres, "campaigns", async {
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    &format!(
+                        "{CAMPAIGN_VIEW} WHERE ($1::int8 IS NULL OR g.id > $1)
+                          ORDER BY g.id LIMIT $2"
+                    ),
+                    &[(&list.after, Type::INT8), (&(list.limit + 1), Type::INT8)],
+                )
+                .await
+                .map_err(StoreError::from)?;
+            let mut items: Vec<CampaignView> = rows.iter().map(campaign_view).collect();
+            let next = page_next(&mut items, list.limit, |c| CampaignList::cursor(c.id));
+            Ok(Page { items, next })
+        })
+        .await
+    }
+
+    async fn campaign_exists(
+        &self,
+        client: &deadpool_postgres::Client,
+        id: i64,
+    ) -> Result<(), CampaignError> {
+        let rows = client
+            .query_typed("SELECT 1 FROM campaign WHERE id = $1", &[(&id, Type::INT8)])
+            .await
+            .map_err(StoreError::from)?;
+        if rows.is_empty() {
+            return Err(CampaignError::NotFound(id));
+        }
+        Ok(())
+    }
+
+    /// A page of a campaign's codes in code order.
+    pub async fn campaign_codes(&self, list: &CodeList) -> Result<Page<CodeItem>, CampaignError> {
+        timed(Dependency::Postgres, "campaign_codes", async {
+            let client = self.client().await?;
+            self.campaign_exists(&client, list.campaign).await?;
+            let after = list.after.as_ref().map(VoucherCode::as_str);
+            let used = list.status.map(|s| s == CodeStatus::Used);
+            let rows = client
+                .query_typed(
+                    &format!("{CODES} LIMIT $4"),
+                    &[
+                        (&list.campaign, Type::INT8),
+                        (&after, Type::TEXT),
+                        (&used, Type::BOOL),
+                        (&(list.limit + 1), Type::INT8),
+                    ],
+                )
+                .await
+                .map_err(StoreError::from)?;
+            let mut items: Vec<CodeItem> = rows.iter().map(code_item).collect();
+            let next = page_next(&mut items, list.limit, |c| CodeList::cursor(&c.code));
+            Ok(Page { items, next })
+        })
+        .await
+    }
+
+    /// Every code of the listing from `list.after` on, as a stream of rows read from Postgres
+    /// as they are sent: a million codes never sit in memory at once. (`list.limit` is ignored.)
+    pub async fn campaign_codes_stream(
+        &self,
+        list: &CodeList,
+    ) -> Result<impl Stream<Item = Result<CodeItem, StoreError>> + Send + 'static, CampaignError>
+    {
+        let client = self.client().await?;
+        self.campaign_exists(&client, list.campaign).await?;
+        let after = list.after.as_ref().map(|c| c.as_str().to_owned());
+        let used = list.status.map(|s| s == CodeStatus::Used);
+        let params: Vec<Box<dyn ToSql + Send + Sync>> =
+            vec![Box::new(list.campaign), Box::new(after), Box::new(used)];
+        Ok(code_rows(client, params).await?)
+    }
+
+    pub async fn patch_campaign(
+        &self,
+        id: i64,
+        p: &CampaignPatch,
+    ) -> Result<CampaignView, CampaignError> {
+        timed(Dependency::Postgres, "patch_campaign", async {
+            let client = self.client().await?;
+            let total = p.total_limit.flatten();
+            let per_user = p.per_user_limit.flatten();
+            let budget = p.budget_amount.flatten();
+            let result = client
+                .query_typed(
+                    "SELECT fg_patch_campaign($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                    &[
+                        (&id, Type::INT8),
+                        (&p.active, Type::BOOL),
+                        (&p.starts_at, Type::TIMESTAMPTZ),
+                        (&p.ends_at, Type::TIMESTAMPTZ),
+                        (&total, Type::INT8),
+                        (&(p.total_limit == Some(None)), Type::BOOL),
+                        (&per_user, Type::INT4),
+                        (&(p.per_user_limit == Some(None)), Type::BOOL),
+                        (&budget, Type::INT8),
+                        (&(p.budget_amount == Some(None)), Type::BOOL),
+                    ],
+                )
+                .await;
+            let rows = match result {
+                Ok(rows) => rows,
+                Err(e) => {
+                    if let Some(db) = e.as_db_error() {
+                        let detail = db.detail().unwrap_or_default().to_owned();
+                        match (db.code().code(), db.message()) {
+                            ("FG409", "LIMIT_BELOW_USED") => {
+                                return Err(CampaignError::LimitBelowUsed(detail))
+                            }
+                            ("FG409", "BUDGET_BELOW_USED") => {
+                                return Err(CampaignError::BudgetBelowUsed(detail))
+                            }
+                            ("FG422", "WINDOW") => {
+                                return Err(crate::domain::Invalid::new(
+                                    "endsAt",
+                                    format!("must be after startsAt: {detail}"),
+                                )
+                                .into())
+                            }
+                            _ => {}
+                        }
+                    }
+                    return Err(StoreError::from(e).into());
+                }
+            };
+            let outcome: String = rows.first().ok_or(StoreError::NoRow)?.get(0);
+            if outcome == "NOT_FOUND" {
+                return Err(CampaignError::NotFound(id));
+            }
+            let rows = client
+                .query_typed(
+                    &format!("{CAMPAIGN_VIEW} WHERE g.id = $1"),
+                    &[(&id, Type::INT8)],
+                )
+                .await
+                .map_err(StoreError::from)?;
+            rows.first()
+                .map(campaign_view)
+                .ok_or(CampaignError::NotFound(id))
+        })
+        .await
+    }
+}
+
+/// Writes one chunk of a campaign's codes; the codes written (an existing one is not).
+async fn insert_codes(
+    tx: &deadpool_postgres::Transaction<'_>,
+    codes: &[&str],
+    id: i64,
+) -> Result<HashSet<String>, StoreError> {
+    let rows = tx
+        .query_typed(
+            INSERT_CODES,
+            &[(&codes, Type::TEXT_ARRAY), (&id, Type::INT8)],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| row.get::<_, String>(0)).collect())
+}
+
+fn code_item(row: &tokio_postgres::Row) -> CodeItem {
+    CodeItem {
+        code: row.get("code"),
+        used_count: row.get("used"),
+    }
+}
+
+/// The codes query as a row stream that owns its pooled connection, so the stream can outlive
+/// the handler that made it (the response body reads it).
+async fn code_rows(
+    client: deadpool_postgres::Client,
+    params: Vec<Box<dyn ToSql + Send + Sync>>,
+) -> Result<impl Stream<Item = Result<CodeItem, StoreError>> + Send + 'static, StoreError> {
+    let rows = client
+        .query_raw(
+            CODES,
+            params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)),
+        )
+        .await?;
+    // The client moves into the stream: it goes back to the pool when the stream is dropped.
+    Ok(futures::stream::unfold(
+        (client, Box::pin(rows)),
+        |(client, mut rows)| async move {
+            let next = rows.next().await?;
+            Some((
+                next.map(|r| code_item(&r)).map_err(StoreError::from),
+                (client, rows),
+            ))
+        },
+    ))
+}
