@@ -227,7 +227,7 @@ async fn every_route_reaches_its_handler_in_its_own_function() {
                 .unwrap();
             let response = router(app.clone(), routes).oneshot(request).await.unwrap();
             let status = response.status();
-            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20)
                 .await
                 .unwrap();
             let body = String::from_utf8_lossy(&body);
