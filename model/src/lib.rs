@@ -8,11 +8,13 @@
 //! requests vanish; the client sees a timeout and may retry), Redis may lose its data, and an
 //! event may be duplicated or lost. What the model keeps of each layer:
 //!
-//! - **gate**: loaded or not, `remaining`, each customer's count, each order's entry (active
-//!   with the reservation's identity, or a tombstone), the `pending` set, and whether Redis
-//!   changed hands since the load (`lua/incarnation.lua`: a failover that lost the last grants);
+//! - **gate**: loaded or not, `remaining`, the money budget left (meta's `budget`), each
+//!   customer's count, each order's entry (active with the reservation's identity, or a
+//!   tombstone), the `pending` set, and whether Redis changed hands since the load
+//!   (`lua/incarnation.lua`: a failover that lost the last grants);
 //! - **postgres**: each order's row (RESERVED / CONFIRMED / RELEASED with its reason), the
-//!   uses held (the sum of the slots: slots only spread the same count over rows), and whether
+//!   uses held (the sum of the slots: slots only spread the same count over rows), the
+//!   discounts held (`voucher_budget.used`, a money counter beside the use count), and whether
 //!   the gate ever loaded the voucher (`voucher.gate_loaded`);
 //! - **queue** (mode B): the events sent and not yet consumed, delivered in any order;
 //! - **clients**: each client (an orderId and a customer, two clients may share an orderId) and
@@ -50,6 +52,11 @@ pub enum Mutation {
     /// Mode B: an order neither Postgres nor the gate knows is "not found" even after the
     /// gate lost data, without waiting for the events in flight.
     TrustGateAfterLoss,
+    /// `release.lua` gives the use back but not its discount.
+    ReleaseKeepsDiscount,
+    /// `rules.lua` never refuses BUDGET_EXHAUSTED: the gate grants past the money left and
+    /// leaves the refusal to Postgres.
+    GateIgnoresBudget,
     /// Mode B: after a loss, the gate loads again (or is trusted again) as soon as nothing is
     /// in flight, without waiting out the send timeout for a grant still in its send.
     NoSendGrace,
@@ -60,6 +67,11 @@ pub enum Mutation {
 pub struct Protocol {
     pub mode: Mode,
     pub limit: u8,
+    /// The money budget (`budgetAmount`), None for a voucher without one.
+    pub budget: Option<u8>,
+    /// Each orderId's discount (its order's amount decides it; missing: 0). Only read with a
+    /// budget.
+    pub discounts: Vec<u8>,
     /// Each client's (orderId, customer). Two clients with one orderId and two customers model
     /// a reused orderId.
     pub clients: Vec<(u8, u8)>,
@@ -129,6 +141,7 @@ pub enum Answer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Refusal {
     OutOfStock,
+    BudgetExhausted,
     AlreadyUsed,
     OrderConflict,
     ReservationReleased,
@@ -201,6 +214,7 @@ pub enum Merged {
     OrderConflict,
     AlreadyUsed,
     OutOfStock,
+    BudgetExhausted,
     /// Mode B's consumer: stored RELEASED/REVOKED.
     Revoked,
 }
@@ -214,11 +228,15 @@ pub struct State {
     /// `replid` is not the node's.
     pub suspect: bool,
     pub remaining: i8,
+    /// The gate's money left (meaningful when loaded with a budget).
+    pub budget_left: i8,
     pub users: Vec<u8>,
     pub entries: Vec<Entry>,
     pub pending: Vec<bool>,
     pub rows: Vec<Row>,
     pub used: u8,
+    /// Postgres' discounts held (`voucher_budget.used`).
+    pub budget_used: u8,
     /// Mode B: (order, customer, stamp), in no order.
     pub queue: Vec<(u8, u8, u8)>,
     pub reqs: Vec<Req>,
@@ -232,6 +250,8 @@ pub struct State {
     pub read: Vec<bool>,
     /// A client told 201 read its order back as "not found".
     pub missed: bool,
+    /// The gate refused a reserve BUDGET_EXHAUSTED while the money was there.
+    pub starved: bool,
     pub stamps: u8,
     pub crashes: u8,
     /// Redis lost data: all of it, or the last grant in a failover.
@@ -284,6 +304,41 @@ impl Protocol {
         self.mutation == Some(m)
     }
 
+    /// The discount of an order's use.
+    fn discount(&self, order: u8) -> u8 {
+        self.discounts.get(order as usize).copied().unwrap_or(0)
+    }
+
+    /// Whether a use of `order` fits in `left` money (always, without a budget).
+    fn fits(&self, order: u8, left: i8) -> bool {
+        self.budget.is_none() || self.discount(order) as i8 <= left
+    }
+
+    /// The money Postgres says is left: the budget less the discounts held (0 without one).
+    fn expected_budget(&self, s: &State) -> i8 {
+        self.budget.map_or(0, |b| b as i8 - s.budget_used as i8)
+    }
+
+    /// Postgres takes or gives back a use of `order`: the slots and the budget move together.
+    fn take_use(&self, s: &mut State, order: u8) {
+        s.used += 1;
+        s.budget_used += self.discount(order);
+    }
+
+    fn give_use(&self, s: &mut State, order: u8) {
+        s.used -= 1;
+        s.budget_used -= self.discount(order);
+    }
+
+    /// The gate gives a use of `order` back: to `remaining`, and its discount to the money
+    /// left.
+    fn gate_give_back(&self, s: &mut State, order: u8) {
+        s.remaining += 1;
+        if !self.broken(Mutation::ReleaseKeepsDiscount) {
+            s.budget_left += self.discount(order) as i8;
+        }
+    }
+
     /// `load.lua` from what Postgres holds (`Store::gate_source`): the uses left, each
     /// customer's active uses; the order entries are not loaded.
     fn load(&self, s: &mut State) {
@@ -291,6 +346,7 @@ impl Protocol {
         s.marked = true;
         s.suspect = false;
         s.remaining = self.limit as i8 - s.used as i8;
+        s.budget_left = self.expected_budget(s);
         s.users = vec![0; self.customers()];
         for row in &s.rows {
             if let (true, Some(c)) = (row.active(), row.customer()) {
@@ -337,7 +393,7 @@ impl Protocol {
                     how,
                     Removal::Release | Removal::Forget(true) | Removal::Uncount
                 ) {
-                    s.remaining += 1;
+                    self.gate_give_back(s, order);
                 }
                 s.users[c as usize] = s.users[c as usize].saturating_sub(1);
                 if tomb {
@@ -374,13 +430,16 @@ impl Protocol {
             Some(Merged::AlreadyUsed)
         } else if s.used >= self.limit {
             Some(Merged::OutOfStock)
+        } else if !self.fits(order, self.expected_budget(s)) {
+            // The budget after the stock, as `fg_merge` decides.
+            Some(Merged::BudgetExhausted)
         } else {
             None
         };
         match refusal {
             None => {
                 s.rows[o] = Row::Reserved(customer, stamp);
-                s.used += 1;
+                self.take_use(s, order);
                 Merged::Applied
             }
             Some(_) if revoke => {
@@ -413,9 +472,21 @@ impl Protocol {
         if s.remaining <= 0 {
             return GateAnswer::Refused(Refusal::OutOfStock);
         }
+        if !self.fits(order, s.budget_left) && !self.broken(Mutation::GateIgnoresBudget) {
+            // Refused for money: was the money really spent, by the orders holding a use in
+            // the gate or in Postgres?
+            let spent = self.money(&self.held_anywhere(s)) as i8;
+            if self.fits(order, self.budget.unwrap_or(0) as i8 - spent) {
+                s.starved = true;
+            }
+            return GateAnswer::Refused(Refusal::BudgetExhausted);
+        }
         s.stamps += 1;
         let stamp = s.stamps;
         s.remaining -= 1;
+        if self.budget.is_some() {
+            s.budget_left -= self.discount(order) as i8;
+        }
         s.users[customer as usize] += 1;
         s.entries[o] = Entry::Active(customer, stamp);
         s.pending[o] = true;
@@ -427,7 +498,7 @@ impl Protocol {
     }
 
     /// Orders of clients told 201 whose use is still held (not released in Postgres).
-    fn told_and_held(&self, s: &State) -> usize {
+    fn told_and_held(&self, s: &State) -> Vec<u8> {
         let mut orders: Vec<u8> = Vec::new();
         for (i, answers) in s.answers.iter().enumerate() {
             let (order, customer) = self.clients[i];
@@ -439,7 +510,20 @@ impl Protocol {
                 orders.push(order);
             }
         }
-        orders.len()
+        orders
+    }
+
+    /// Orders holding a use in the gate or in Postgres (once if in both).
+    fn held_anywhere(&self, s: &State) -> Vec<u8> {
+        (0..self.orders() as u8)
+            .filter(|&o| {
+                matches!(s.entries[o as usize], Entry::Active(..)) || s.rows[o as usize].active()
+            })
+            .collect()
+    }
+
+    fn money(&self, orders: &[u8]) -> usize {
+        orders.iter().map(|&o| self.discount(o) as usize).sum()
     }
 
     /// Nothing left to do: no request, no event, and no sweeper step that would change a thing.
@@ -478,11 +562,13 @@ impl Model for Protocol {
         vec![State {
             loaded: false,
             remaining: 0,
+            budget_left: 0,
             users: vec![0; c],
             entries: vec![Entry::None; o],
             pending: vec![false; o],
             rows: vec![Row::None; o],
             used: 0,
+            budget_used: 0,
             queue: Vec::new(),
             reqs: Vec::new(),
             sends_left: vec![self.sends; n],
@@ -491,6 +577,7 @@ impl Model for Protocol {
             confirmed: vec![false; n],
             read: vec![false; n],
             missed: false,
+            starved: false,
             marked: false,
             suspect: false,
             stamps: 0,
@@ -612,7 +699,7 @@ impl Model for Protocol {
                     return None;
                 };
                 s.rows[o as usize] = Row::Released(c, false);
-                s.used -= 1;
+                self.give_use(&mut s, o);
                 s.reqs.push(Req::SweepGate {
                     order: o,
                     customer: Some(c),
@@ -657,7 +744,8 @@ impl Model for Protocol {
                     return None;
                 }
                 let expected = self.limit as i8 - s.used as i8;
-                if s.remaining == expected {
+                let expected_budget = self.expected_budget(&s);
+                if s.remaining == expected && s.budget_left == expected_budget {
                     return None;
                 }
                 // A release in flight (Postgres has it, the gate's entry is still active) gives
@@ -669,13 +757,12 @@ impl Model for Protocol {
                     matches!(s.entries[o], Entry::Active(..))
                         && matches!(s.rows[o], Row::Released(..))
                 });
-                if s.remaining < expected
-                    && releasing
-                    && !self.broken(Mutation::RepairIgnoresReleasesInFlight)
-                {
+                let short = s.remaining < expected || s.budget_left < expected_budget;
+                if short && releasing && !self.broken(Mutation::RepairIgnoresReleasesInFlight) {
                     return None;
                 }
                 s.remaining = expected;
+                s.budget_left = expected_budget;
             }
             Action::Crash => {
                 s.crashes += 1;
@@ -699,6 +786,7 @@ impl Model for Protocol {
                 s.redis_losses += 1;
                 s.loaded = false;
                 s.remaining = 0;
+                s.budget_left = 0;
                 s.users = vec![0; self.customers()];
                 s.entries = vec![Entry::None; self.orders()];
                 s.pending = vec![false; self.orders()];
@@ -711,6 +799,9 @@ impl Model for Protocol {
                 s.failovers += 1;
                 s.suspect = true;
                 s.remaining += 1;
+                if self.budget.is_some() {
+                    s.budget_left += self.discount(o) as i8;
+                }
                 s.users[c as usize] = s.users[c as usize].saturating_sub(1);
                 s.entries[o as usize] = Entry::None;
                 s.pending[o as usize] = false;
@@ -731,7 +822,40 @@ impl Model for Protocol {
             Property::always(
                 "no more 201s held than the limit, unless Redis lost data",
                 |m: &Protocol, s: &State| {
-                    s.redis_losses > 0 || m.told_and_held(s) <= m.limit as usize
+                    s.redis_losses > 0 || m.told_and_held(s).len() <= m.limit as usize
+                },
+            ),
+            Property::always(
+                "postgres never holds discounts past the budget",
+                |m: &Protocol, s: &State| {
+                    let Some(budget) = m.budget else { return true };
+                    let active: Vec<u8> = (0..m.orders() as u8)
+                        .filter(|&o| s.rows[o as usize].active())
+                        .collect();
+                    s.budget_used <= budget && s.budget_used as usize == m.money(&active)
+                },
+            ),
+            Property::always(
+                "the discounts of the 201s held never pass the budget, unless Redis lost data",
+                |m: &Protocol, s: &State| match m.budget {
+                    Some(budget) if s.redis_losses == 0 => {
+                        m.money(&m.told_and_held(s)) <= budget as usize
+                    }
+                    _ => true,
+                },
+            ),
+            Property::always(
+                "the budget refuses only money really held, unless Redis lost data",
+                |_: &Protocol, s: &State| !s.starved || s.redis_losses > 0,
+            ),
+            Property::always(
+                "the gate never offers more money than the budget, unless Redis lost data",
+                |m: &Protocol, s: &State| match m.budget {
+                    Some(budget) if s.redis_losses == 0 && s.loaded => {
+                        s.budget_left as isize + m.money(&m.held_anywhere(s)) as isize
+                            <= budget as isize
+                    }
+                    _ => true,
                 },
             ),
             Property::always(
@@ -739,11 +863,7 @@ impl Model for Protocol {
                 |m: &Protocol, s: &State| {
                     // Uses left in the gate, plus every order holding one in the gate or in
                     // Postgres (once if in both).
-                    let held = (0..m.orders())
-                        .filter(|&o| {
-                            matches!(s.entries[o], Entry::Active(..)) || s.rows[o].active()
-                        })
-                        .count();
+                    let held = m.held_anywhere(s).len();
                     s.redis_losses > 0
                         || !s.loaded
                         || s.remaining as usize + held <= m.limit as usize
@@ -792,7 +912,10 @@ impl Model for Protocol {
             Property::always(
                 "every held use comes back once the work is done",
                 |m: &Protocol, s: &State| {
-                    !m.quiescent(s) || (!s.loaded || s.remaining == m.limit as i8 - s.used as i8)
+                    !m.quiescent(s)
+                        || !s.loaded
+                        || (s.remaining == m.limit as i8 - s.used as i8
+                            && s.budget_left == m.expected_budget(s))
                 },
             ),
             Property::always(
@@ -800,8 +923,17 @@ impl Model for Protocol {
                 |_: &Protocol, s: &State| !s.missed || (s.losses > 0 && s.redis_losses > 0),
             ),
             Property::sometimes("the limit is reached", |m: &Protocol, s: &State| {
-                s.used == m.limit
+                s.used == m.limit || m.budget.is_some()
             }),
+            Property::sometimes(
+                "the budget refuses a reserve",
+                |m: &Protocol, s: &State| {
+                    m.budget.is_none()
+                        || s.answers.iter().flatten().any(|a| {
+                            matches!(a, Answer::Refused(Refusal::BudgetExhausted))
+                        })
+                },
+            ),
         ]
     }
 }
@@ -882,6 +1014,7 @@ impl Protocol {
                     Merged::OrderConflict => Answer::Refused(Refusal::OrderConflict),
                     Merged::AlreadyUsed => Answer::Refused(Refusal::AlreadyUsed),
                     Merged::OutOfStock | Merged::Revoked => Answer::Refused(Refusal::OutOfStock),
+                    Merged::BudgetExhausted => Answer::Refused(Refusal::BudgetExhausted),
                 };
                 if fresh {
                     // `reconcile_fresh`: make the gate agree with what Postgres decided.
@@ -893,7 +1026,9 @@ impl Protocol {
                         Merged::Unchanged(row) if row.active() => Some(Removal::Uncount),
                         Merged::Unchanged(_) => Some(Removal::Release),
                         Merged::OrderConflict | Merged::AlreadyUsed => Some(Removal::Forget(true)),
-                        Merged::OutOfStock | Merged::Revoked => Some(Removal::Forget(false)),
+                        Merged::OutOfStock | Merged::BudgetExhausted | Merged::Revoked => {
+                            Some(Removal::Forget(false))
+                        }
                     };
                     match how {
                         Some(how) => self.gate_remove(s, order, Some(customer), how),
@@ -921,9 +1056,10 @@ impl Protocol {
                     Row::None if self.mode == Mode::B => {
                         if let Entry::Active(c, stamp) = s.entries[o] {
                             let held = s.rows.iter().any(|r| r.active() && r.customer() == Some(c));
-                            if !held && s.used < self.limit {
+                            let fits = self.fits(order, self.expected_budget(s));
+                            if !held && s.used < self.limit && fits {
                                 s.rows[o] = Row::Confirmed(c, stamp);
-                                s.used += 1;
+                                self.take_use(s, order);
                                 s.pending[o] = false;
                             }
                         }
@@ -939,7 +1075,7 @@ impl Protocol {
                 match s.rows[o] {
                     Row::Reserved(c, _) | Row::Confirmed(c, _) if c == customer => {
                         s.rows[o] = Row::Released(c, false);
-                        s.used -= 1;
+                        self.give_use(s, order);
                         s.reqs.push(Req::ReleaseGate { order, customer });
                     }
                     Row::None if self.mode == Mode::B => {
@@ -1002,9 +1138,12 @@ impl fmt::Display for Protocol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "mode {:?}, limit {}, clients {:?}, {} sends each{}{}, {} crash(es), {} Redis loss(es), {} failover(s), {} duplicate(s), {} lost event(s){}",
+            "mode {:?}, limit {}{}, clients {:?}, {} sends each{}{}, {} crash(es), {} Redis loss(es), {} failover(s), {} duplicate(s), {} lost event(s){}",
             self.mode,
             self.limit,
+            self.budget
+                .map(|b| format!(", budget {b} (discounts {:?})", self.discounts))
+                .unwrap_or_default(),
             self.clients,
             self.sends,
             if self.confirms { ", confirms" } else { "" },

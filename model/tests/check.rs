@@ -10,6 +10,8 @@ fn protocol(mode: Mode) -> Protocol {
     Protocol {
         mode,
         limit: 1,
+        budget: None,
+        discounts: Vec::new(),
         clients: vec![(0, 0), (1, 1)],
         sends: 2,
         crashes: 1,
@@ -205,5 +207,61 @@ fn loading_again_without_waiting_out_the_send_timeout_is_caught() {
         },
         Mutation::NoSendGrace,
         "a client told 201 never reads its order as not found, unless its event and the gate's entry were both lost",
+    );
+}
+
+/// A money budget beside the use count: two orders of 2 off each against a budget of 3 and a
+/// limit of 2, so the budget, not the stock, refuses the second.
+fn with_budget(p: Protocol) -> Protocol {
+    Protocol {
+        limit: 2,
+        budget: Some(3),
+        discounts: vec![2, 2],
+        ..p
+    }
+}
+
+#[test]
+fn mode_a_keeps_the_budget_under_crashes_and_redis_data_loss() {
+    check(with_budget(protocol(Mode::A))).assert_properties();
+}
+
+#[test]
+fn mode_b_keeps_the_budget_under_duplicates_losses_and_crashes() {
+    check(with_budget(Protocol {
+        redis_losses: 0,
+        confirms: false,
+        ..protocol(Mode::B)
+    }))
+    .assert_properties();
+}
+
+#[test]
+fn mode_b_keeps_the_budget_when_redis_loses_its_data() {
+    check(with_budget(mode_b())).assert_properties();
+}
+
+/// The reconciler would repair the money in the end (when nothing is in flight); until then
+/// the gate refuses customers the budget still has room for.
+#[test]
+fn a_release_that_keeps_the_discount_is_caught() {
+    caught(
+        with_budget(protocol(Mode::A)),
+        Mutation::ReleaseKeepsDiscount,
+        "the budget refuses only money really held, unless Redis lost data",
+    );
+}
+
+/// Mode B: a gate that leaves the budget to Postgres tells a client 201 and the consumer
+/// revokes the use afterwards.
+#[test]
+fn a_gate_that_ignores_the_budget_is_caught() {
+    caught(
+        with_budget(Protocol {
+            redis_losses: 0,
+            ..mode_b()
+        }),
+        Mutation::GateIgnoresBudget,
+        "no revocation unless Redis lost data",
     );
 }
