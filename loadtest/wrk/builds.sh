@@ -43,14 +43,6 @@ rate() { # wrk output -> requests/s, p99 (ms), requests
   awk '/Requests\/sec/ { r = $2 } /^ *99%/ { p = $2 } / requests in / { n = $1 } END { print r, p, n }'
 }
 
-ticks() { # PROCESS_NAME: CPU ticks (1/100 s) every process of that name has used so far
-  local t=0 pid
-  for pid in $(pgrep -x "$1"); do
-    t=$((t + $(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)))
-  done
-  echo "$t"
-}
-
 run=$(date +%s)
 measure() { # NAME PORT CASE: req/s, p99, and Postgres and Redis CPU per request (microseconds)
   local out code before redis_before

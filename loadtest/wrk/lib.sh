@@ -24,3 +24,11 @@ serve() {
   servers="${servers:-} $!"
   for _ in $(seq 100); do curl -sf http://127.0.0.1:$1/health >/dev/null && return; sleep 0.2; done
 }
+
+ticks() { # PROCESS_NAME: CPU ticks (1/100 s) every process of that name has used so far
+  local t=0 pid
+  for pid in $(pgrep -x "$1"); do
+    t=$((t + $(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$t"
+}

@@ -15,7 +15,9 @@
 //! endpoint and Kafka broker given) and offers the same load to `GET /health/live` (the HTTP
 //! ceiling), a standard voucher, a flash voucher in mode A, in each mode B, and a sold-out flash
 //! voucher. For mode B it also reports the events still to land when the sale ends and how fast
-//! the consumer drains them.
+//! the consumer drains them. With `--campaign-codes N` it adds a standard campaign of N
+//! generated codes whose total is the voucher's uses: the same plan, but every new order takes
+//! a different code (a retry, or an orderId reused by another customer, keeps its original's).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -96,6 +98,10 @@ struct Args {
     /// With --compare: Redis for the in-process Flashgate.
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis: String,
+    /// With --compare: add a standard campaign of this many generated codes, total `--uses`,
+    /// every new order on a different code.
+    #[arg(long)]
+    campaign_codes: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +116,8 @@ struct Planned {
     kind: Kind,
     customer: i64,
     order: String,
+    /// Which code of a campaign: each new order the next one (a single voucher ignores it).
+    code: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -157,6 +165,7 @@ fn plan(args: &Args, total: usize, seed: u64) -> Vec<Planned> {
                 kind: Kind::Conflict,
                 customer: out[j].customer % args.customers + 1,
                 order: out[j].order.clone(),
+                code: out[j].code,
             }
         } else {
             news.push(k);
@@ -164,6 +173,7 @@ fn plan(args: &Args, total: usize, seed: u64) -> Vec<Planned> {
                 kind: Kind::New,
                 customer: rng.random_range(1..=args.customers.max(1)),
                 order: format!("o-{k}"),
+                code: news.len() - 1,
             }
         };
         out.push(p);
@@ -333,14 +343,71 @@ async fn settled_view(
     Ok(view)
 }
 
+/// Creates a standard campaign of `count` generated codes whose total is `args.uses`, and reads
+/// its codes back (the CSV download): its id and codes.
+async fn create_campaign(
+    http: &reqwest::Client,
+    base: &str,
+    args: &Args,
+    count: i64,
+) -> anyhow::Result<(i64, Vec<String>)> {
+    let now = chrono::Utc::now();
+    let body = json!({
+        "discountAmount": 100_000,
+        "totalLimit": args.uses,
+        "perUserLimit": args.per_user_limit,
+        "startsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
+        "endsAt": (now + chrono::Duration::hours(2)).to_rfc3339(),
+        "codes": {"count": count},
+    });
+    let resp = http
+        .post(format!("{base}/campaigns"))
+        .json(&body)
+        .send()
+        .await?;
+    if resp.status().as_u16() != 201 {
+        bail!(
+            "creating a campaign: {} {}",
+            resp.status(),
+            resp.text().await?
+        );
+    }
+    let id = resp.json::<Value>().await?["id"]
+        .as_i64()
+        .context("campaign id")?;
+    let csv = http
+        .get(format!("{base}/campaigns/{id}/codes"))
+        .header("accept", "text/csv")
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let codes: Vec<String> = csv
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').next().map(str::to_owned))
+        .collect();
+    if codes.len() as i64 != count {
+        bail!(
+            "campaign {id}: {} codes listed, {count} generated",
+            codes.len()
+        );
+    }
+    Ok((id, codes))
+}
+
+/// Reserve requests of the plan: on `codes[0]` for a voucher, on each order's own code of a
+/// campaign.
 fn reserve_requests(
     base: &str,
-    code: &str,
+    codes: &[String],
     planned: &[Planned],
 ) -> Vec<(reqwest::Method, String, Option<String>)> {
     planned
         .iter()
         .map(|p| {
+            let code = &codes[p.code % codes.len()];
             (
                 reqwest::Method::POST,
                 format!("{base}/vouchers/{code}/reservations"),
@@ -382,7 +449,7 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
     let metrics_before = server_view::scrape(http, base).await;
     let answers = offer(
         http,
-        reserve_requests(base, &code, &planned),
+        reserve_requests(base, std::slice::from_ref(&code), &planned),
         args.rate,
         args.max_in_flight,
         "reserve",
@@ -915,7 +982,7 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         let started = Instant::now();
         let answers = offer(
             http,
-            reserve_requests(base, &code, &planned),
+            reserve_requests(base, std::slice::from_ref(&code), &planned),
             args.rate,
             args.max_in_flight,
             name,
@@ -949,6 +1016,40 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         }
         phases.push(summary);
     }
+    if let Some(count) = args.campaign_codes {
+        let name = format!("standard campaign, {count} codes");
+        let (id, codes) = create_campaign(http, &a, args, count).await?;
+        let answers = offer(
+            http,
+            reserve_requests(&a, &codes, &planned),
+            args.rate,
+            args.max_in_flight,
+            "campaign",
+        )
+        .await;
+        let granted = answers
+            .iter()
+            .filter(|a| a.status == 201)
+            .map(|a| &a.body)
+            .collect::<std::collections::HashSet<_>>()
+            .len() as i64;
+        let view: Value = http
+            .get(format!("{a}/campaigns/{id}"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let used = view["usedCount"].as_i64().unwrap_or(-1);
+        println!("{name}: {granted} granted, server usedCount {used}");
+        // Standard: every 201 is in Postgres before it is sent, so the two agree exactly.
+        if used != granted || used > args.uses {
+            bail!(
+                "{name}: {granted} granted, {used} held, total {}",
+                args.uses
+            );
+        }
+        phases.push(summarize(&name, &answers, args.rate as f64));
+    }
     if let Some(code) = sold_out_code {
         // Another stream than the sale's, so the late customers are not the same ones again.
         let later: Vec<Planned> = plan(args, total, args.seed.wrapping_add(1))
@@ -960,7 +1061,7 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
             .collect();
         let answers = offer(
             http,
-            reserve_requests(&a, &code, &later),
+            reserve_requests(&a, std::slice::from_ref(&code), &later),
             args.rate,
             args.max_in_flight,
             "sold out",
@@ -999,6 +1100,9 @@ async fn main() -> anyhow::Result<()> {
         .pool_max_idle_per_host(args.max_in_flight)
         .timeout(Duration::from_secs(60))
         .build()?;
+    if args.campaign_codes.is_some() && !args.compare {
+        bail!("--campaign-codes goes with --compare");
+    }
     if args.compare {
         compare(&args, &http).await
     } else {
@@ -1023,5 +1127,19 @@ mod tests {
         assert!(planned
             .iter()
             .all(|p| (1..=args.customers).contains(&p.customer)));
+        // Each new order takes the next code of a campaign; a retry or a reused orderId keeps
+        // its original's.
+        let news: Vec<usize> = planned
+            .iter()
+            .filter(|p| p.kind == Kind::New)
+            .map(|p| p.code)
+            .collect();
+        assert_eq!(news, (0..news.len()).collect::<Vec<_>>());
+        let first: HashMap<&str, usize> = planned
+            .iter()
+            .filter(|p| p.kind == Kind::New)
+            .map(|p| (p.order.as_str(), p.code))
+            .collect();
+        assert!(planned.iter().all(|p| first[p.order.as_str()] == p.code));
     }
 }
