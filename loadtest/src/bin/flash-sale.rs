@@ -235,6 +235,16 @@ async fn offer(
     answers
 }
 
+/// Uses granted: distinct 201 answers (a retry of a granted order gets the same bytes).
+fn granted(answers: &[Answer]) -> i64 {
+    answers
+        .iter()
+        .filter(|a| a.status == 201)
+        .map(|a| &a.body)
+        .collect::<std::collections::HashSet<_>>()
+        .len() as i64
+}
+
 fn histogram(answers: &[&Answer]) -> Histogram<u64> {
     let mut h = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).unwrap();
     for a in answers {
@@ -293,29 +303,33 @@ async fn create_voucher(
     args: &Args,
     flash: bool,
 ) -> anyhow::Result<()> {
+    let mut body = sale_rules(args);
+    body["code"] = json!(code);
+    body["flashSale"] = json!(flash);
+    created(http, &format!("{base}/vouchers"), &body).await?;
+    Ok(())
+}
+
+/// The rules of the sale's voucher or campaign: its discount, `--uses` in all, the per-user
+/// limit, open from a minute ago for two hours.
+fn sale_rules(args: &Args) -> Value {
     let now = chrono::Utc::now();
-    let body = json!({
-        "code": code,
+    json!({
         "discountAmount": 100_000,
         "totalLimit": args.uses,
         "perUserLimit": args.per_user_limit,
         "startsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
         "endsAt": (now + chrono::Duration::hours(2)).to_rfc3339(),
-        "flashSale": flash,
-    });
-    let resp = http
-        .post(format!("{base}/vouchers"))
-        .json(&body)
-        .send()
-        .await?;
+    })
+}
+
+/// POSTs `body` to `url`, expecting 201, and returns the created view.
+async fn created(http: &reqwest::Client, url: &str, body: &Value) -> anyhow::Result<Value> {
+    let resp = http.post(url).json(body).send().await?;
     if resp.status().as_u16() != 201 {
-        bail!(
-            "creating voucher {code}: {} {}",
-            resp.status(),
-            resp.text().await?
-        );
+        bail!("POST {url}: {} {}", resp.status(), resp.text().await?);
     }
-    Ok(())
+    Ok(resp.json().await?)
 }
 
 async fn voucher(http: &reqwest::Client, base: &str, code: &str) -> anyhow::Result<Value> {
@@ -351,30 +365,10 @@ async fn create_campaign(
     args: &Args,
     count: i64,
 ) -> anyhow::Result<(i64, Vec<String>)> {
-    let now = chrono::Utc::now();
-    let body = json!({
-        "discountAmount": 100_000,
-        "totalLimit": args.uses,
-        "perUserLimit": args.per_user_limit,
-        "startsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
-        "endsAt": (now + chrono::Duration::hours(2)).to_rfc3339(),
-        "codes": {"count": count},
-    });
-    let resp = http
-        .post(format!("{base}/campaigns"))
-        .json(&body)
-        .send()
-        .await?;
-    if resp.status().as_u16() != 201 {
-        bail!(
-            "creating a campaign: {} {}",
-            resp.status(),
-            resp.text().await?
-        );
-    }
-    let id = resp.json::<Value>().await?["id"]
-        .as_i64()
-        .context("campaign id")?;
+    let mut body = sale_rules(args);
+    body["codes"] = json!({ "count": count });
+    let view = created(http, &format!("{base}/campaigns"), &body).await?;
+    let id = view["id"].as_i64().context("campaign id")?;
     let csv = http
         .get(format!("{base}/campaigns/{id}/codes"))
         .header("accept", "text/csv")
@@ -988,12 +982,7 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
             name,
         )
         .await;
-        let granted = answers
-            .iter()
-            .filter(|a| a.status == 201)
-            .map(|a| &a.body)
-            .collect::<std::collections::HashSet<_>>()
-            .len() as i64;
+        let granted = granted(&answers);
         let used_at_end = voucher(http, base, &code).await?["usedCount"]
             .as_i64()
             .unwrap_or(0);
@@ -1027,12 +1016,7 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
             "campaign",
         )
         .await;
-        let granted = answers
-            .iter()
-            .filter(|a| a.status == 201)
-            .map(|a| &a.body)
-            .collect::<std::collections::HashSet<_>>()
-            .len() as i64;
+        let granted = granted(&answers);
         let view: Value = http
             .get(format!("{a}/campaigns/{id}"))
             .send()
