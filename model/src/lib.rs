@@ -922,6 +922,8 @@ impl Model for Protocol {
                 "a client told 201 never reads its order as not found, unless its event and the gate's entry were both lost",
                 |_: &Protocol, s: &State| !s.missed || (s.losses > 0 && s.redis_losses > 0),
             ),
+            // With a budget the money, not the stock, refuses the last use (limit 2, budget 3,
+            // discounts 2): "the budget refuses a reserve" below is that run's reachability check.
             Property::sometimes("the limit is reached", |m: &Protocol, s: &State| {
                 s.used == m.limit || m.budget.is_some()
             }),
