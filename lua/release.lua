@@ -2,8 +2,8 @@
 -- entry.lua.
 --
 -- KEYS[1] remaining  KEYS[2] users  KEYS[3] orders  KEYS[4] pending  KEYS[5] meta
--- (see reserve.lua)
--- ARGV[1] orderId
+-- KEYS[6] codes, a campaign's code only (see reserve.lua)
+-- ARGV[1] orderId (CODE|orderId in a campaign's gate)
 -- ARGV[2] give_back  '1': an active order's use returns to `remaining`, and its discount to
 --                    meta's `budget` when the voucher has one; '0': they do not (REVOKED:
 --                    Postgres refused the use, so the gate had one too many)
@@ -13,6 +13,8 @@
 --                    'keep': leave the order active (the gate counted an order twice, after it
 --                    lost data: one use and one customer use come back, the order stays)
 -- ARGV[4] customerId for a tombstone of an order the gate never saw ('' if unknown)
+-- ARGV[5] the campaign's code (with KEYS[6] only): its use comes back with the campaign's, and
+--         its customer's use of the code with the customer's
 --
 -- Returns RELEASED (was active), ALREADY (was a tombstone), UNKNOWN (no entry) or NOT_LOADED (the
 -- voucher is not in the gate: nothing is written, so a retired voucher leaves no key behind, and
@@ -34,14 +36,24 @@ end
 if e.state == 'R' then
   return 'ALREADY'
 end
+-- A count at zero is deleted: these hashes hold the uses held, not the history.
+local function down(key, field)
+  if redis.call('HINCRBY', key, field, -1) <= 0 then
+    redis.call('HDEL', key, field)
+  end
+end
 if give_back then
   redis.call('INCR', KEYS[1])
   if e.discount ~= '0' and redis.call('HEXISTS', KEYS[5], 'budget') == 1 then
     redis.call('HINCRBY', KEYS[5], 'budget', e.discount)
   end
+  if KEYS[6] then
+    down(KEYS[6], ARGV[5])
+  end
 end
-if redis.call('HINCRBY', KEYS[2], e.customer, -1) <= 0 then
-  redis.call('HDEL', KEYS[2], e.customer)
+down(KEYS[2], e.customer)
+if KEYS[6] then
+  down(KEYS[6], ARGV[5] .. '|' .. e.customer)
 end
 if tombstone then
   redis.call('HSET', KEYS[3], order, entry_format('R', e))

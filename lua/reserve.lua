@@ -6,7 +6,12 @@
 -- KEYS[3] voucher:{CODE}:users      hash: customerId -> active uses
 -- KEYS[4] voucher:{CODE}:orders     hash: orderId -> order entry (entry.lua)
 -- KEYS[5] voucher:{CODE}:pending    zset: orderId -> reservedMs, until Postgres has the row
--- ARGV[1] customerId (decimal string)  ARGV[2] orderId  ARGV[3] orderAmount  ARGV[4] now (ms)
+-- KEYS[6] a campaign's code only: campaign:{campaign:ID}:codes, hash: CODE -> uses held,
+--         CODE|customerId -> that customer's uses of the code (shared/src/gate/keys.rs). The
+--         other keys are then the campaign's, one set for all its codes: `remaining` and
+--         `users` count over the campaign, and orders are `CODE|orderId`
+-- ARGV[1] customerId (decimal string)  ARGV[2] orderId (CODE|orderId in a campaign's gate)
+-- ARGV[3] orderAmount  ARGV[4] now (ms)  ARGV[5] the campaign's code (with KEYS[6] only)
 --
 -- Returns {outcome, customerId, reservedMs, expiresMs, discount, version} as strings, `version`
 -- being the voucher's version whose rules granted the use ('' when not known: an entry written
@@ -36,8 +41,9 @@ if not r or not remaining then
   return {'NOT_LOADED', '', '0', '0', '0', ''}
 end
 local uses = tonumber(redis.call('HGET', KEYS[3], customer) or '0')
+local code = rules_code(r, KEYS[6], ARGV[5], customer)
 local discount = rules_discount(r, amount)
-local refusal = rules_refusal(r, tonumber(remaining), uses, amount, discount, now)
+local refusal = rules_refusal(r, tonumber(remaining), uses, amount, discount, now, code)
 if refusal then
   return {refusal, '', '0', '0', '0', ''}
 end
@@ -51,6 +57,10 @@ if r.budget and held.discount ~= '0' then
   redis.call('HINCRBY', KEYS[1], 'budget', '-' .. held.discount)
 end
 redis.call('HINCRBY', KEYS[3], customer, 1)
+if code then
+  redis.call('HINCRBY', KEYS[6], code.name, 1)
+  redis.call('HINCRBY', KEYS[6], code.name .. '|' .. customer, 1)
+end
 redis.call('HSET', KEYS[4], order, entry_format('A', held))
 entry_moved(KEYS[4])
 redis.call('ZADD', KEYS[5], ARGV[4], order)

@@ -41,9 +41,9 @@ async fn every_script_outcome(gate: Gate) {
         reserve(1, "o1", 100, now).await.outcome,
         ReserveOutcome::NotLoaded
     );
-    assert!(gate.load(&code, &meta, 2, None, &[]).await.unwrap());
+    assert!(gate.load(&code, &meta, 2, None, &[], None).await.unwrap());
     assert!(
-        !gate.load(&code, &meta, 99, None, &[]).await.unwrap(),
+        !gate.load(&code, &meta, 99, None, &[], None).await.unwrap(),
         "loads only once"
     );
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(2));

@@ -7,6 +7,7 @@ mod harness;
 mod api;
 mod aws;
 mod budgets;
+mod campaign_gate;
 mod campaigns;
 mod events;
 mod flash;

@@ -1,8 +1,51 @@
 //! The one place Redis keys are built. Every key of a voucher carries the hash tag `{CODE}`,
-//! so that a Redis Cluster keeps them in one slot and a script may touch them all. An optional
+//! so that a Redis Cluster keeps them in one slot and a script may touch them all. A flash-sale
+//! campaign's codes share one set of keys, tagged `{campaign:ID}` (a code has no `:`), so that
+//! one script checks a code's limit and its campaign's together, on one slot. An optional
 //! prefix (`REDIS_KEY_PREFIX`) lets several environments, or tests, share one Redis.
 
+use std::borrow::Cow;
+
 use crate::domain::VoucherCode;
+
+/// Where a flash-sale code is decided in the gate: a voucher has its own keys; a code of a
+/// flash-sale campaign is decided in its campaign's, where an order is `CODE|orderId` (an
+/// order id has no `|`) and the `codes` hash counts each code's uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit<'a> {
+    Voucher(&'a VoucherCode),
+    Campaign { id: i64, code: &'a VoucherCode },
+}
+
+impl<'a> From<&'a VoucherCode> for Unit<'a> {
+    fn from(code: &'a VoucherCode) -> Unit<'a> {
+        Unit::Voucher(code)
+    }
+}
+
+impl<'a> Unit<'a> {
+    pub fn code(&self) -> &'a VoucherCode {
+        match *self {
+            Unit::Voucher(code) | Unit::Campaign { code, .. } => code,
+        }
+    }
+
+    /// The campaign's code, for the scripts that count its uses (None: a voucher).
+    pub fn campaign_code(&self) -> Option<&'a str> {
+        match *self {
+            Unit::Voucher(_) => None,
+            Unit::Campaign { code, .. } => Some(code.as_str()),
+        }
+    }
+
+    /// An order's field in the `orders` hash and member of `pending`.
+    pub fn field<'o>(&self, order_id: &'o str) -> Cow<'o, str> {
+        match self {
+            Unit::Voucher(_) => Cow::Borrowed(order_id),
+            Unit::Campaign { code, .. } => Cow::Owned(format!("{}|{order_id}", code.as_str())),
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Keys {
@@ -15,6 +58,9 @@ pub struct Keys {
     pub loading: String,
     /// When a warm-up first found the voucher gone from a gate that had held it (`lost.lua`).
     pub lost: String,
+    /// A campaign's gate only: code -> uses held, `CODE|customerId` -> that customer's uses of
+    /// the code (`lua/reserve.lua`). Fields at zero are deleted: it holds the uses held.
+    pub codes: Option<String>,
 }
 
 impl Keys {
@@ -28,6 +74,29 @@ impl Keys {
             pending: key("pending"),
             loading: key("loading"),
             lost: key("lost"),
+            codes: None,
+        }
+    }
+
+    /// The keys of a flash-sale campaign's gate, shared by its codes.
+    pub fn campaign(prefix: &str, id: i64) -> Keys {
+        let key = |suffix: &str| format!("{prefix}campaign:{{campaign:{id}}}:{suffix}");
+        Keys {
+            meta: key("meta"),
+            remaining: key("remaining"),
+            users: key("users"),
+            orders: key("orders"),
+            pending: key("pending"),
+            loading: key("loading"),
+            lost: key("lost"),
+            codes: Some(key("codes")),
+        }
+    }
+
+    pub fn of(prefix: &str, unit: Unit<'_>) -> Keys {
+        match unit {
+            Unit::Voucher(code) => Keys::new(prefix, code),
+            Unit::Campaign { id, .. } => Keys::campaign(prefix, id),
         }
     }
 }
@@ -53,5 +122,33 @@ mod tests {
         assert_eq!(k.remaining, "voucher:{SALE-1}:remaining");
         let k = Keys::new("staging:", &VoucherCode::parse("sale-1").unwrap());
         assert_eq!(k.users, "staging:voucher:{SALE-1}:users");
+        assert_eq!(k.codes, None);
+    }
+
+    #[test]
+    fn a_campaigns_codes_share_its_keys_under_one_tag() {
+        let (a, b) = (
+            VoucherCode::parse("a").unwrap(),
+            VoucherCode::parse("b").unwrap(),
+        );
+        let (ka, kb) = (
+            Keys::of("p:", Unit::Campaign { id: 7, code: &a }),
+            Keys::of("p:", Unit::Campaign { id: 7, code: &b }),
+        );
+        assert_eq!(ka.meta, kb.meta);
+        assert_eq!(ka.meta, "p:campaign:{campaign:7}:meta");
+        assert_eq!(ka.codes.as_deref(), Some("p:campaign:{campaign:7}:codes"));
+        for key in [
+            &ka.remaining,
+            &ka.users,
+            &ka.orders,
+            &ka.pending,
+            &ka.loading,
+            &ka.lost,
+        ] {
+            assert!(key.starts_with("p:campaign:{campaign:7}:"), "{key}");
+        }
+        assert_eq!(Unit::Campaign { id: 7, code: &a }.field("o:1"), "A|o:1");
+        assert_eq!(Unit::from(&a).field("o:1"), "o:1");
     }
 }

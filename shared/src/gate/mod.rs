@@ -20,10 +20,10 @@ use std::time::Duration;
 use redis::{Cmd, FromRedisValue, Script, ScriptInvocation};
 
 use crate::config::RedisSettings;
-use crate::domain::{Held, ReserveOutcome, VoucherCode};
+use crate::domain::{Held, ReserveOutcome};
 use crate::telemetry::metrics::{timed, Dependency};
 use conn::Connector;
-pub use keys::Keys;
+pub use keys::{Keys, Unit};
 pub use meta::GateMeta;
 use replies::{
     parse_copy, parse_counts, parse_lookup, parse_patched, parse_removed, parse_reserve,
@@ -195,6 +195,15 @@ pub const SCAN_STEP: usize = 200;
 /// Pending orders read at once (see [`Gate::pending`]).
 pub const PENDING_STEP: usize = 1000;
 
+/// What a campaign's gate loads besides a voucher's (`lua/load.lua`): each code's limit (the
+/// campaign's `perCodeLimit`, which never changes) and its `codes` hash: the uses each code
+/// holds (field CODE) and each customer's uses of it (field `CODE|customerId`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CodeCounts {
+    pub per_code: i64,
+    pub uses: Vec<(String, i64)>,
+}
+
 /// What `retire.lua` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retired {
@@ -244,6 +253,14 @@ fn script(preludes: &[&str], body: &str) -> Script {
     Script::new(&text)
 }
 
+/// A campaign's code: the `codes` hash and the code, after a script's other keys and arguments
+/// (`lua/reserve.lua`, `validate.lua`, `release.lua`).
+fn in_campaign(inv: &mut ScriptInvocation<'_>, k: &Keys, at: Unit<'_>) {
+    if let (Some(codes), Some(code)) = (&k.codes, at.campaign_code()) {
+        inv.key(codes).arg(code);
+    }
+}
+
 /// `meta` fields as script arguments: field, value, field, value, ...
 fn meta_args(meta: &GateMeta) -> Vec<String> {
     meta.fields()
@@ -281,8 +298,8 @@ impl Gate {
         })
     }
 
-    pub fn keys(&self, code: &VoucherCode) -> Keys {
-        Keys::new(&self.prefix, code)
+    pub fn keys(&self, at: Unit<'_>) -> Keys {
+        Keys::of(&self.prefix, at)
     }
 
     /// `f`, or [`GateError::Timeout`] once the gate's timeout has passed: a dead Redis
@@ -362,66 +379,61 @@ impl Gate {
         .await
     }
 
-    pub async fn reserve(
+    pub async fn reserve<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         customer_id: i64,
         order_id: &str,
         order_amount: i64,
         now_ms: i64,
     ) -> Result<GateReply, GateError> {
-        let k = self.keys(code);
-        let reply: Vec<String> = self
-            .invoke(
-                "reserve",
-                self.reserve
-                    .key(&k.meta)
-                    .key(&k.remaining)
-                    .key(&k.users)
-                    .key(&k.orders)
-                    .key(&k.pending)
-                    .arg(customer_id)
-                    .arg(order_id)
-                    .arg(order_amount)
-                    .arg(now_ms),
-            )
-            .await?;
+        let at = at.into();
+        let k = self.keys(at);
+        let mut inv = self.reserve.key(&k.meta);
+        inv.key(&k.remaining)
+            .key(&k.users)
+            .key(&k.orders)
+            .key(&k.pending)
+            .arg(customer_id)
+            .arg(at.field(order_id).as_ref())
+            .arg(order_amount)
+            .arg(now_ms);
+        in_campaign(&mut inv, &k, at);
+        let reply: Vec<String> = self.invoke("reserve", &inv).await?;
         parse_reserve(&reply)
     }
 
     /// Would a reserve be granted now? `validate.lua`: writes nothing. Answers ELIGIBLE with the
     /// discount, NOT_LOADED, or the refusal.
-    pub async fn validate(
+    pub async fn validate<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         customer_id: i64,
         order_amount: i64,
         now_ms: i64,
     ) -> Result<(ReserveOutcome, i64), GateError> {
-        let k = self.keys(code);
-        let reply: Vec<String> = self
-            .invoke(
-                "validate",
-                self.validate
-                    .key(&k.meta)
-                    .key(&k.remaining)
-                    .key(&k.users)
-                    .arg(customer_id)
-                    .arg(order_amount)
-                    .arg(now_ms),
-            )
-            .await?;
+        let at = at.into();
+        let k = self.keys(at);
+        let mut inv = self.validate.key(&k.meta);
+        inv.key(&k.remaining)
+            .key(&k.users)
+            .arg(customer_id)
+            .arg(order_amount)
+            .arg(now_ms);
+        in_campaign(&mut inv, &k, at);
+        let reply: Vec<String> = self.invoke("validate", &inv).await?;
         parse_validate(&reply)
     }
 
-    pub async fn remove(
+    pub async fn remove<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         order_id: &str,
         how: Removal,
         customer_id: Option<i64>,
     ) -> Result<Removed, GateError> {
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let (give_back, tombstone) = match how {
             Removal::Release => ("1", "1"),
             Removal::Revoke => ("0", "1"),
@@ -429,44 +441,41 @@ impl Gate {
             Removal::Uncount => ("1", "keep"),
         };
         let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
-        let reply: String = self
-            .invoke(
-                "remove",
-                self.release
-                    .key(&k.remaining)
-                    .key(&k.users)
-                    .key(&k.orders)
-                    .key(&k.pending)
-                    .key(&k.meta)
-                    .arg(order_id)
-                    .arg(give_back)
-                    .arg(tombstone)
-                    .arg(customer),
-            )
-            .await?;
+        let mut inv = self.release.key(&k.remaining);
+        inv.key(&k.users)
+            .key(&k.orders)
+            .key(&k.pending)
+            .key(&k.meta)
+            .arg(at.field(order_id).as_ref())
+            .arg(give_back)
+            .arg(tombstone)
+            .arg(customer);
+        in_campaign(&mut inv, &k, at);
+        let reply: String = self.invoke("remove", &inv).await?;
         parse_removed(&reply)
     }
 
     /// The order's entry and (given a customer) that customer's active uses, in one round trip
     /// that writes nothing: the sold-out short cut's check for a winner's retry, and how
     /// confirm, release and the sweeper read what the gate holds.
-    pub async fn lookup(
+    pub async fn lookup<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         order_id: &str,
         customer_id: Option<i64>,
     ) -> Result<Lookup, GateError> {
-        self.look(code, order_id, customer_id, false).await
+        self.look(at, order_id, customer_id, false).await
     }
 
-    async fn look(
+    async fn look<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         order_id: &str,
         customer_id: Option<i64>,
         with_trust: bool,
     ) -> Result<Lookup, GateError> {
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
         let reply: Vec<String> = self
             .invoke(
@@ -475,7 +484,7 @@ impl Gate {
                     .key(&k.orders)
                     .key(&k.users)
                     .key(&k.meta)
-                    .arg(order_id)
+                    .arg(at.field(order_id).as_ref())
                     .arg(customer)
                     .arg(if with_trust { "1" } else { "" }),
             )
@@ -484,22 +493,22 @@ impl Gate {
     }
 
     /// The order's entry in the `orders` hash.
-    pub async fn order(
+    pub async fn order<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         order_id: &str,
     ) -> Result<Option<OrderEntry>, GateError> {
-        Ok(self.lookup(code, order_id, None).await?.entry)
+        Ok(self.lookup(at, order_id, None).await?.entry)
     }
 
     /// The order's entry, and in the same step whether the gate can be trusted to know every
     /// order it granted: with [`Trust::Intact`], an order without an entry was never granted.
-    pub async fn order_with_trust(
+    pub async fn order_with_trust<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         order_id: &str,
     ) -> Result<(Option<OrderEntry>, Trust), GateError> {
-        let seen = self.look(code, order_id, None, true).await?;
+        let seen = self.look(at, order_id, None, true).await?;
         let trust = seen
             .trust
             .ok_or_else(|| GateError::Reply("lookup without its trust".into()))?;
@@ -508,28 +517,26 @@ impl Gate {
 
     /// Removes every key of a voucher whose sale ended at least `after` before `now_ms` (by the
     /// gate's own copy of the rules) and that has no order pending. See `lua/retire.lua`.
-    pub async fn retire(
+    pub async fn retire<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         now_ms: i64,
         after: Duration,
     ) -> Result<Retired, GateError> {
-        let k = self.keys(code);
-        let reply: String = self
-            .invoke(
-                "retire",
-                self.retire
-                    .key(&k.meta)
-                    .key(&k.remaining)
-                    .key(&k.users)
-                    .key(&k.orders)
-                    .key(&k.pending)
-                    .key(&k.loading)
-                    .key(&k.lost)
-                    .arg(now_ms)
-                    .arg(after.as_millis() as u64),
-            )
-            .await?;
+        let at = at.into();
+        let k = self.keys(at);
+        let mut inv = self.retire.key(&k.meta);
+        inv.key(&k.remaining)
+            .key(&k.users)
+            .key(&k.orders)
+            .key(&k.pending)
+            .key(&k.loading)
+            .key(&k.lost);
+        if let Some(codes) = &k.codes {
+            inv.key(codes);
+        }
+        inv.arg(now_ms).arg(after.as_millis() as u64);
+        let reply: String = self.invoke("retire", &inv).await?;
         match reply.as_str() {
             "RETIRED" => Ok(Retired::Retired),
             "LIVE" => Ok(Retired::Live),
@@ -541,10 +548,11 @@ impl Gate {
 
     /// A voucher gone from a gate that had held it: how long ago a warm-up first found it so
     /// (zero the first time). See `lua/lost.lua`.
-    pub async fn lost_for(&self, code: &VoucherCode) -> Result<Duration, GateError> {
+    pub async fn lost_for<'u>(&self, at: impl Into<Unit<'u>>) -> Result<Duration, GateError> {
         /// Long enough for any wait; past it a later look starts the clock again.
         const LOST_TTL: Duration = Duration::from_secs(600);
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let ms: i64 = self
             .invoke(
                 "lost_for",
@@ -557,12 +565,13 @@ impl Gate {
     /// After a [`Trust::Suspect`] answer: how long ago the node that reported `replid` was
     /// first found suspect (now, if this is the first time). None: the voucher is not loaded
     /// any more, or Redis changed hands again.
-    pub async fn suspect_for(
+    pub async fn suspect_for<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         replid: &str,
     ) -> Result<Option<Duration>, GateError> {
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let ms: i64 = self
             .invoke(
                 "suspect_for",
@@ -575,8 +584,13 @@ impl Gate {
     /// Once every event a suspect gate may have lost has landed: the gate is trusted again on
     /// the node that reported `replid`. False when it is not loaded or Redis changed hands
     /// again.
-    pub async fn trust_again(&self, code: &VoucherCode, replid: &str) -> Result<bool, GateError> {
-        let k = self.keys(code);
+    pub async fn trust_again<'u>(
+        &self,
+        at: impl Into<Unit<'u>>,
+        replid: &str,
+    ) -> Result<bool, GateError> {
+        let at = at.into();
+        let k = self.keys(at);
         let trusted: i64 = self
             .invoke(
                 "trust_again",
@@ -589,11 +603,12 @@ impl Gate {
     /// Orders reserved in the gate that Postgres may not have yet: the [`PENDING_STEP`] oldest
     /// with their reserve time (ms), and how many there are in all. Bounded, so that a burst's
     /// backlog never makes one call long; the rest waits for the next look.
-    pub async fn pending(
+    pub async fn pending<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
     ) -> Result<(Vec<(String, i64)>, usize), GateError> {
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let oldest: Vec<(String, i64)> = self
             .query(
                 "pending",
@@ -616,8 +631,12 @@ impl Gate {
 
     /// `remaining` and the orders' change counter, read in one step, in constant time (None:
     /// not loaded).
-    pub async fn counts(&self, code: &VoucherCode) -> Result<Option<GateCounts>, GateError> {
-        let k = self.keys(code);
+    pub async fn counts<'u>(
+        &self,
+        at: impl Into<Unit<'u>>,
+    ) -> Result<Option<GateCounts>, GateError> {
+        let at = at.into();
+        let k = self.keys(at);
         let reply: Vec<String> = self
             .invoke(
                 "counts",
@@ -629,12 +648,13 @@ impl Gate {
 
     /// One step of [`SCAN_STEP`] entries through the voucher's orders, from `cursor` (0 to
     /// start).
-    pub async fn scan_actives(
+    pub async fn scan_actives<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         cursor: u64,
     ) -> Result<ScanStep, GateError> {
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let reply: Vec<String> = self
             .invoke(
                 "scan_actives",
@@ -647,13 +667,14 @@ impl Gate {
     /// One step of a sold-out voucher's copy into the process (`lua/copy.lua`): `what` from
     /// `cursor` (0 to start), [`SCAN_STEP`] fields at most, with the header read in the same
     /// step.
-    pub async fn copy_step(
+    pub async fn copy_step<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         what: CopyWhat,
         cursor: u64,
     ) -> Result<CopyStep, GateError> {
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let what_arg = match what {
             CopyWhat::Header => "",
             CopyWhat::Orders => "orders",
@@ -679,16 +700,17 @@ impl Gate {
     /// if they still read `from`, no order is pending, no order gained or lost a use since
     /// `moves` was read, nobody holds the gate lock, and the gate's rules are of `version` (the
     /// reconciler's repair).
-    pub async fn repair_remaining(
+    pub async fn repair_remaining<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         from: GateCounts,
         to: i64,
         to_budget: Option<i64>,
         version: i64,
     ) -> Result<bool, GateError> {
         let text = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let done: i64 = self
             .invoke(
                 "repair_remaining",
@@ -710,35 +732,53 @@ impl Gate {
     }
 
     /// The order was written to Postgres: it is no longer pending.
-    pub async fn settled(&self, code: &VoucherCode, order_id: &str) -> Result<(), GateError> {
-        let k = self.keys(code);
-        self.query::<i64>("settled", redis::cmd("ZREM").arg(&k.pending).arg(order_id))
-            .await?;
+    pub async fn settled<'u>(
+        &self,
+        at: impl Into<Unit<'u>>,
+        order_id: &str,
+    ) -> Result<(), GateError> {
+        let at = at.into();
+        let k = self.keys(at);
+        self.query::<i64>(
+            "settled",
+            redis::cmd("ZREM")
+                .arg(&k.pending)
+                .arg(at.field(order_id).as_ref()),
+        )
+        .await?;
         Ok(())
     }
 
     /// [`Gate::settled`] where a failure only delays the clean-up: it is logged, and the
     /// sweeper clears the mark later (it finds the row).
-    pub async fn settled_best_effort(&self, code: &VoucherCode, order_id: &str) {
-        if let Err(e) = self.settled(code, order_id).await {
-            tracing::warn!(code = code.as_str(), order_id, error = %crate::telemetry::Chain(&e), "pending not cleared");
+    pub async fn settled_best_effort<'u>(&self, at: impl Into<Unit<'u>>, order_id: &str) {
+        let at = at.into();
+        if let Err(e) = self.settled(at, order_id).await {
+            tracing::warn!(code = at.code().as_str(), order_id, error = %crate::telemetry::Chain(&e), "pending not cleared");
         }
     }
 
     /// Loads a voucher unless it is loaded, with `budget` as the money left to give (None: no
-    /// budget). Returns true when this call loaded it.
-    pub async fn load(
+    /// budget). A campaign's gate also takes `codes` (its codes' limit and uses held; a
+    /// voucher's ignores them). Returns true when this call loaded it.
+    pub async fn load<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         meta: &GateMeta,
         remaining: i64,
         budget: Option<i64>,
         users: &[(i64, i32)],
+        codes: Option<&CodeCounts>,
     ) -> Result<bool, GateError> {
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let mut fields = meta_args(meta);
         if let Some(budget) = budget {
             fields.extend(["budget".to_owned(), budget.to_string()]);
+        }
+        let codes = codes.filter(|_| k.codes.is_some());
+        if let Some(codes) = codes {
+            fields.extend(["per_code".to_owned(), codes.per_code.to_string()]);
         }
         let mut inv = self.load.key(&k.meta);
         inv.key(&k.remaining)
@@ -747,8 +787,14 @@ impl Gate {
             .arg(remaining)
             .arg(fields.len())
             .arg(&fields);
+        if let Some(key) = &k.codes {
+            inv.key(key).arg(users.len() * 2);
+        }
         for (customer, active) in users {
             inv.arg(customer).arg(active);
+        }
+        for (field, uses) in codes.map(|c| c.uses.as_slice()).unwrap_or_default() {
+            inv.arg(field).arg(uses);
         }
         let loaded: i64 = self.invoke("load", &inv).await?;
         Ok(loaded == 1)
@@ -757,9 +803,9 @@ impl Gate {
     /// A change of the voucher (PATCH), under the gate lock `token` holds: adds `delta` to
     /// `remaining` unless it would go below zero, takes the budget `step` (an addition to the
     /// money left, refused below zero too), and sets the rules to `meta` (None: leaves them).
-    pub async fn patch(
+    pub async fn patch<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         token: &str,
         delta: i64,
         step: BudgetStep,
@@ -770,7 +816,8 @@ impl Gate {
             BudgetStep::Add(money) => money.to_string(),
             BudgetStep::Remove => "DEL".to_owned(),
         };
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let fields = meta.map(meta_args).unwrap_or_default();
         // Not `invoke`: a patch adds `delta`, and one that ran before its reply was lost must
         // not run again.
@@ -792,8 +839,13 @@ impl Gate {
 
     /// The reconciler's copy of the rules read from Postgres (`sync.lua`): true when the gate's
     /// differed and were replaced.
-    pub async fn sync_meta(&self, code: &VoucherCode, meta: &GateMeta) -> Result<bool, GateError> {
-        let k = self.keys(code);
+    pub async fn sync_meta<'u>(
+        &self,
+        at: impl Into<Unit<'u>>,
+        meta: &GateMeta,
+    ) -> Result<bool, GateError> {
+        let at = at.into();
+        let k = self.keys(at);
         let fields = meta_args(meta);
         let wrote: i64 = self
             .invoke(
@@ -809,26 +861,29 @@ impl Gate {
     }
 
     /// Is the gate lock (`loading`) held by anyone?
-    pub async fn is_locked(&self, code: &VoucherCode) -> Result<bool, GateError> {
-        let k = self.keys(code);
+    pub async fn is_locked<'u>(&self, at: impl Into<Unit<'u>>) -> Result<bool, GateError> {
+        let at = at.into();
+        let k = self.keys(at);
         self.query("is_locked", redis::cmd("EXISTS").arg(&k.loading))
             .await
     }
 
-    pub async fn is_loaded(&self, code: &VoucherCode) -> Result<bool, GateError> {
-        let k = self.keys(code);
+    pub async fn is_loaded<'u>(&self, at: impl Into<Unit<'u>>) -> Result<bool, GateError> {
+        let at = at.into();
+        let k = self.keys(at);
         self.query("is_loaded", redis::cmd("EXISTS").arg(&k.meta))
             .await
     }
 
     /// `SET loading token NX PX ttl`: true when this caller may load the voucher.
-    pub async fn try_lock_loading(
+    pub async fn try_lock_loading<'u>(
         &self,
-        code: &VoucherCode,
+        at: impl Into<Unit<'u>>,
         token: &str,
         ttl: Duration,
     ) -> Result<bool, GateError> {
-        let k = self.keys(code);
+        let at = at.into();
+        let k = self.keys(at);
         let set: Option<String> = self
             .query(
                 "try_lock_loading",
@@ -846,8 +901,13 @@ impl Gate {
     /// Releases the loading lock if `token` still holds it (compare-and-delete): a loader that
     /// outlived the lock's TTL leaves alone the lock another caller took since. True when it
     /// deleted the lock.
-    pub async fn unlock_loading(&self, code: &VoucherCode, token: &str) -> Result<bool, GateError> {
-        let k = self.keys(code);
+    pub async fn unlock_loading<'u>(
+        &self,
+        at: impl Into<Unit<'u>>,
+        token: &str,
+    ) -> Result<bool, GateError> {
+        let at = at.into();
+        let k = self.keys(at);
         let deleted: i64 = self
             .invoke("unlock_loading", self.unlock.key(&k.loading).arg(token))
             .await?;
@@ -855,8 +915,9 @@ impl Gate {
     }
 
     /// Uses left according to the gate (None: not loaded).
-    pub async fn remaining(&self, code: &VoucherCode) -> Result<Option<i64>, GateError> {
-        let k = self.keys(code);
+    pub async fn remaining<'u>(&self, at: impl Into<Unit<'u>>) -> Result<Option<i64>, GateError> {
+        let at = at.into();
+        let k = self.keys(at);
         self.query("remaining", redis::cmd("GET").arg(&k.remaining))
             .await
     }

@@ -150,6 +150,7 @@ impl Warmup {
                 source.remaining,
                 source.budget_left,
                 &source.users,
+                None,
             )
             .await?;
         if loaded {

@@ -547,7 +547,8 @@ impl TestApp {
                 &meta,
                 source.remaining,
                 source.budget_left,
-                &source.users
+                &source.users,
+                None
             )
             .await
             .unwrap());

@@ -1,0 +1,403 @@
+//! A flash-sale campaign's gate: every code of a campaign decided in its campaign's keys, one
+//! script checking the code's limit with the campaign's per-user limit, total and budget
+//! (docs/ARCHITECTURE.md, "Campaigns in the gate"). Real Redis, and a real Redis Cluster,
+//! where a script touching two slots would be refused: exact counts throughout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use futures::future::join_all;
+use shared::config::RedisSettings;
+use shared::domain::{Discount, ReserveOutcome, VoucherCode};
+use shared::gate::{CodeCounts, Gate, GateMeta, Removal, Removed, Retired, Unit};
+
+use crate::harness::{cluster_url, redis_url};
+
+fn gate(cluster: bool) -> Arc<Gate> {
+    Arc::new(
+        Gate::new(&RedisSettings {
+            url: if cluster { cluster_url() } else { redis_url() },
+            cluster,
+            key_prefix: "fg_test_campaign_gate:".to_owned(),
+            timeout: Duration::from_secs(5),
+        })
+        .unwrap(),
+    )
+}
+
+/// A campaign id no other run uses.
+fn campaign_id() -> i64 {
+    (uuid::Uuid::new_v4().as_u128() as i64).abs()
+}
+
+fn codes(id: i64, n: usize) -> Vec<VoucherCode> {
+    (0..n)
+        .map(|i| VoucherCode::parse(&format!("Q{}-{i}", id % 1_000_000_000)).unwrap())
+        .collect()
+}
+
+/// Rules open for an hour around now; the campaign's per-user limit is `per_user`.
+fn meta(discount: Discount, per_user: i64) -> GateMeta {
+    let now = Utc::now().timestamp_millis();
+    GateMeta {
+        discount,
+        min_order: 0,
+        starts_ms: now - 3_600_000,
+        ends_ms: now + 3_600_000,
+        per_user,
+        ttl_ms: 60_000,
+        active: true,
+        version: 1,
+    }
+}
+
+fn per_code(n: i64) -> CodeCounts {
+    CodeCounts {
+        per_code: n,
+        uses: Vec::new(),
+    }
+}
+
+/// A small deterministic generator: the amounts differ from run to run only by the seed.
+fn amounts(seed: u64, n: usize) -> Vec<i64> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            1_000 + (x % 200_000) as i64
+        })
+        .collect()
+}
+
+async fn budget_covers_exactly_its_share(gate: Arc<Gate>) {
+    // 500 customers at once, each on a code of their own; the budget covers 100 discounts.
+    let id = campaign_id();
+    let codes = codes(id, 500);
+    let now = Utc::now().timestamp_millis();
+    let at = Unit::Campaign {
+        id,
+        code: &codes[0],
+    };
+    let meta = meta(Discount::Fixed(1_000), i64::MAX);
+    assert!(gate
+        .load(at, &meta, 1_000, Some(100_000), &[], Some(&per_code(1)))
+        .await
+        .unwrap());
+    let answers = join_all(codes.iter().enumerate().map(|(i, code)| {
+        let gate = gate.clone();
+        async move {
+            let at = Unit::Campaign { id, code };
+            gate.reserve(at, i as i64 + 1, "o", 5_000, now)
+                .await
+                .unwrap()
+                .outcome
+        }
+    }))
+    .await;
+    let won = answers
+        .iter()
+        .filter(|o| **o == ReserveOutcome::Reserved)
+        .count();
+    let refused = answers
+        .iter()
+        .filter(|o| **o == ReserveOutcome::BudgetExhausted)
+        .count();
+    assert_eq!((won, refused), (100, 400), "{answers:?}");
+    let counts = gate.counts(at).await.unwrap().unwrap();
+    assert_eq!((counts.remaining, counts.budget), (900, Some(0)));
+    assert_eq!(
+        gate.retire(at, meta.ends_ms + 1, Duration::ZERO)
+            .await
+            .unwrap(),
+        Retired::Pending,
+        "kept while its winners are on their way to Postgres"
+    );
+    retire(&gate, id, &codes, meta.ends_ms + 1).await;
+}
+
+/// Every code's order "o" settled, then the campaign's gate retired after its sale.
+async fn retire(gate: &Gate, id: i64, codes: &[VoucherCode], after_end: i64) {
+    for code in codes {
+        gate.settled(Unit::Campaign { id, code }, "o")
+            .await
+            .unwrap();
+    }
+    let at = Unit::Campaign {
+        id,
+        code: &codes[0],
+    };
+    assert_eq!(
+        gate.retire(at, after_end, Duration::ZERO).await.unwrap(),
+        Retired::Retired
+    );
+}
+
+async fn percentage_discounts_never_pass_the_budget(gate: Arc<Gate>) {
+    let id = campaign_id();
+    let codes = codes(id, 300);
+    let now = Utc::now().timestamp_millis();
+    let at = Unit::Campaign {
+        id,
+        code: &codes[0],
+    };
+    let budget = 500_000;
+    let meta = meta(
+        Discount::Percent {
+            percent: 15,
+            cap: Some(20_000),
+        },
+        i64::MAX,
+    );
+    gate.load(at, &meta, 10_000, Some(budget), &[], Some(&per_code(1)))
+        .await
+        .unwrap();
+    let amounts = amounts(id as u64, codes.len());
+    let answers = join_all(
+        codes
+            .iter()
+            .zip(&amounts)
+            .enumerate()
+            .map(|(i, (code, &amount))| {
+                let gate = gate.clone();
+                async move {
+                    let at = Unit::Campaign { id, code };
+                    let reply = gate
+                        .reserve(at, i as i64 + 1, "o", amount, now)
+                        .await
+                        .unwrap();
+                    (reply, amount)
+                }
+            }),
+    )
+    .await;
+    let granted: i64 = answers
+        .iter()
+        .filter_map(|(r, _)| r.held.filter(|_| r.outcome == ReserveOutcome::Reserved))
+        .map(|h| h.discount)
+        .sum();
+    let left = gate.counts(at).await.unwrap().unwrap().budget.unwrap();
+    assert!(granted <= budget, "{granted} granted of {budget}");
+    assert_eq!(
+        granted + left,
+        budget,
+        "every discount granted is counted once"
+    );
+    let discount = |amount: i64| (amount * 15 / 100).min(20_000);
+    for (reply, amount) in &answers {
+        if reply.outcome == ReserveOutcome::BudgetExhausted {
+            // The money left only went down: it was no more than it is now when refused.
+            assert!(
+                discount(*amount) > left,
+                "refused {amount} with {left} left"
+            );
+        } else {
+            assert_eq!(reply.outcome, ReserveOutcome::Reserved);
+        }
+    }
+    assert!(
+        answers
+            .iter()
+            .any(|(r, _)| r.outcome == ReserveOutcome::BudgetExhausted),
+        "the budget ran out"
+    );
+    retire(&gate, id, &codes, meta.ends_ms + 1).await;
+}
+
+async fn codes_per_user_and_total_hold_together(gate: Arc<Gate>) {
+    let id = campaign_id();
+    let codes = codes(id, 8);
+    let now = Utc::now().timestamp_millis();
+    let on = |i: usize| Unit::Campaign {
+        id,
+        code: &codes[i],
+    };
+    // Two uses per customer over the campaign, five in all, one per code.
+    let meta = meta(Discount::Fixed(10), 2);
+    gate.load(on(0), &meta, 5, None, &[], Some(&per_code(1)))
+        .await
+        .unwrap();
+    let reserve = |i: usize, customer: i64, order: &str| {
+        let gate = gate.clone();
+        let at = on(i);
+        let order = order.to_owned();
+        async move {
+            gate.reserve(at, customer, &order, 100, now)
+                .await
+                .unwrap()
+                .outcome
+        }
+    };
+
+    // A single-use code wins once among 50 at once; the others find it taken.
+    let answers = join_all((0..50).map(|c| reserve(0, 100 + c, &format!("a{c}")))).await;
+    let won = answers
+        .iter()
+        .filter(|o| **o == ReserveOutcome::Reserved)
+        .count();
+    assert_eq!(won, 1, "{answers:?}");
+    assert!(answers
+        .iter()
+        .all(|o| matches!(o, ReserveOutcome::Reserved | ReserveOutcome::OutOfStock)));
+    let winner = 100
+        + answers
+            .iter()
+            .position(|o| *o == ReserveOutcome::Reserved)
+            .unwrap() as i64;
+    // Its holder asking again with another order is over the code's limit per user first, as
+    // fg_validate decides it.
+    let won = format!("a{}", winner - 100);
+    assert_eq!(reserve(0, winner, "b").await, ReserveOutcome::AlreadyUsed);
+    assert_eq!(reserve(0, winner, &won).await, ReserveOutcome::Replay);
+    assert_eq!(reserve(0, 1, "c").await, ReserveOutcome::OutOfStock);
+
+    // The campaign's per-user limit holds across codes.
+    assert_eq!(reserve(1, 7, "x").await, ReserveOutcome::Reserved);
+    assert_eq!(reserve(2, 7, "x").await, ReserveOutcome::Reserved);
+    assert_eq!(reserve(3, 7, "x").await, ReserveOutcome::AlreadyUsed);
+    assert_eq!(
+        gate.validate(on(3), 7, 100, now).await.unwrap(),
+        (ReserveOutcome::AlreadyUsed, 0)
+    );
+    // An order id is per code: the same one on another code is another order.
+    assert_eq!(reserve(3, 8, "x").await, ReserveOutcome::Reserved);
+    assert_eq!(
+        gate.validate(on(4), 9, 100, now).await.unwrap(),
+        (ReserveOutcome::Eligible, 10)
+    );
+    assert_eq!(reserve(4, 9, "x").await, ReserveOutcome::Reserved);
+    // Five uses held: the campaign's total.
+    assert_eq!(reserve(5, 10, "x").await, ReserveOutcome::OutOfStock);
+    assert_eq!(
+        gate.validate(on(5), 10, 100, now).await.unwrap(),
+        (ReserveOutcome::OutOfStock, 0)
+    );
+
+    // A release, repeated ten times at once, gives back the code's use, the customer's and the
+    // campaign's once.
+    let released = join_all((0..10).map(|_| {
+        let gate = gate.clone();
+        async move {
+            gate.remove(on(1), "x", Removal::Release, None)
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+    assert_eq!(
+        released.iter().filter(|r| **r == Removed::Released).count(),
+        1,
+        "{released:?}"
+    );
+    assert_eq!(gate.remaining(on(0)).await.unwrap(), Some(1));
+    assert_eq!(
+        reserve(1, 7, "x").await,
+        ReserveOutcome::ReservationReleased
+    );
+    assert_eq!(
+        reserve(1, 11, "y").await,
+        ReserveOutcome::Reserved,
+        "the code is free again"
+    );
+    assert_eq!(
+        reserve(6, 7, "z").await,
+        ReserveOutcome::OutOfStock,
+        "the total again"
+    );
+    let (entry, uses) = {
+        let seen = gate.lookup(on(2), "x", Some(7)).await.unwrap();
+        (seen.entry, seen.uses)
+    };
+    assert!(entry.is_some());
+    assert_eq!(uses, 1, "customer 7 holds one use over the campaign again");
+
+    // Retired once the sale is over and nothing is pending: every key goes, `codes` included.
+    for (i, order) in [(0, won.as_str()), (2, "x"), (3, "x"), (4, "x"), (1, "y")] {
+        gate.settled(on(i), order).await.unwrap();
+    }
+    let later = meta.ends_ms + 1;
+    assert_eq!(
+        gate.retire(on(0), later, Duration::ZERO).await.unwrap(),
+        Retired::Retired
+    );
+    assert!(!gate.is_loaded(on(0)).await.unwrap());
+    assert_eq!(reserve(7, 12, "x").await, ReserveOutcome::NotLoaded);
+}
+
+async fn a_loaded_campaign_knows_its_codes_uses(gate: Arc<Gate>) {
+    let id = campaign_id();
+    let codes = codes(id, 2);
+    let now = Utc::now().timestamp_millis();
+    let on = |i: usize| Unit::Campaign {
+        id,
+        code: &codes[i],
+    };
+    let held = CodeCounts {
+        per_code: 2,
+        uses: vec![
+            (codes[0].as_str().to_owned(), 2),
+            (format!("{}|5", codes[0].as_str()), 1),
+            (format!("{}|6", codes[0].as_str()), 1),
+            (codes[1].as_str().to_owned(), 1),
+            (format!("{}|5", codes[1].as_str()), 1),
+        ],
+    };
+    gate.load(
+        on(0),
+        &meta(Discount::Fixed(1), 5),
+        10,
+        None,
+        &[(5, 2), (6, 1)],
+        Some(&held),
+    )
+    .await
+    .unwrap();
+    let reserve = |i: usize, customer: i64| {
+        let gate = gate.clone();
+        let at = on(i);
+        let order = format!("n{customer}");
+        async move {
+            gate.reserve(at, customer, &order, 10, now)
+                .await
+                .unwrap()
+                .outcome
+        }
+    };
+    assert_eq!(
+        reserve(0, 7).await,
+        ReserveOutcome::OutOfStock,
+        "code 0 holds its two"
+    );
+    assert_eq!(reserve(0, 5).await, ReserveOutcome::OutOfStock);
+    assert_eq!(reserve(1, 7).await, ReserveOutcome::Reserved);
+    assert_eq!(
+        reserve(1, 5).await,
+        ReserveOutcome::OutOfStock,
+        "code 1 now holds its two"
+    );
+    let now = meta(Discount::Fixed(1), 5).ends_ms + 1;
+    gate.settled(on(1), "n7").await.unwrap();
+    assert_eq!(
+        gate.retire(on(0), now, Duration::ZERO).await.unwrap(),
+        Retired::Retired
+    );
+}
+
+async fn every_campaign_check(gate: Arc<Gate>) {
+    budget_covers_exactly_its_share(gate.clone()).await;
+    percentage_discounts_never_pass_the_budget(gate.clone()).await;
+    codes_per_user_and_total_hold_together(gate.clone()).await;
+    a_loaded_campaign_knows_its_codes_uses(gate).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_campaigns_gate_holds_its_limits_on_one_redis() {
+    every_campaign_check(gate(false)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_campaigns_gate_holds_its_limits_on_a_redis_cluster() {
+    every_campaign_check(gate(true)).await;
+}
