@@ -425,29 +425,20 @@ impl Flash {
         }
     }
 
-    /// Mode B: the uses the gate granted whose events have not landed yet (orders pending in
-    /// the gate without a row), so that the voucher view counts what clients were told. Zero in
-    /// mode A, and when the gate cannot say (Redis down, or it lost its data: the view then
-    /// shows what Postgres holds, as it says).
-    pub(super) async fn uses_in_flight(&self, code: &VoucherCode) -> i64 {
-        if self.events.is_none() {
-            return 0;
-        }
-        let counted = async {
-            let (oldest, all) = self.gate.pending(code).await?;
-            if oldest.is_empty() {
-                return Ok(0);
+    /// Mode B: the orders the gate granted that may not be in Postgres yet, the
+    /// [`PENDING_STEP`](crate::gate::PENDING_STEP) oldest and how many there are in all (None:
+    /// mode A, or the gate did not answer, and the view shows what Postgres holds). Read before
+    /// Postgres is, so that an order granted before this read is either still pending here or
+    /// already in Postgres' later snapshot: counted once (see [`Reservations::voucher`]).
+    pub(super) async fn pending(&self, code: &VoucherCode) -> Option<(Vec<String>, usize)> {
+        self.events.as_ref()?;
+        match self.gate.pending(code).await {
+            Ok((oldest, all)) => Some((oldest.into_iter().map(|(order, _)| order).collect(), all)),
+            Err(e) => {
+                tracing::warn!(code = code.as_str(), error = %Chain(&e), "uses in flight not counted in the view");
+                None
             }
-            let ids: Vec<&str> = oldest.iter().map(|(order, _)| order.as_str()).collect();
-            // The orphan sweep's question too: which of them Postgres has. Past the oldest
-            // read, the younger ones are counted as in flight.
-            let landed = self.store.known_orders(code, &ids).await?;
-            Ok::<i64, Box<dyn std::error::Error + Send + Sync>>((all - landed.len()) as i64)
-        };
-        counted.await.unwrap_or_else(|e| {
-            tracing::warn!(code = code.as_str(), error = %e, "uses in flight not counted in the view");
-            0
-        })
+        }
     }
 
     /// A release went through Postgres: a flash voucher's use goes back to its gate.

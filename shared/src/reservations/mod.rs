@@ -103,9 +103,16 @@ impl Reservations {
     /// The voucher as Postgres has it; in mode B, a flash voucher's uses whose events are still
     /// on their way count too (as reserved), so the view agrees with the 201s given.
     pub async fn voucher(&self, code: &VoucherCode) -> Result<VoucherView, GetVoucherError> {
-        let mut view = self.store.voucher(code).await?;
+        let pending = match self.kind(code).await? {
+            Some(kind) if kind.flash_sale => self.flash.pending(code).await,
+            _ => None,
+        };
+        let (ids, all) = pending.unwrap_or_default();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let (mut view, landed) = self.store.voucher_and_landed(code, &ids).await?;
         if view.flash_sale {
-            let in_flight = self.flash.uses_in_flight(code).await;
+            // Past the oldest read, the younger pending orders count as in flight.
+            let in_flight = all.saturating_sub(landed) as i64;
             view.used_count += in_flight;
             view.reserved_count += in_flight;
             view.remaining -= in_flight;

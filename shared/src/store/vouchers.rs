@@ -220,19 +220,36 @@ impl Store {
     }
 
     pub async fn voucher(&self, code: &VoucherCode) -> Result<VoucherView, GetVoucherError> {
+        Ok(self.voucher_and_landed(code, &[]).await?.0)
+    }
+
+    /// The voucher's view and how many of `order_ids` Postgres holds, read in one snapshot
+    /// (one statement): mode B's view counts the gate's pending orders Postgres does not hold
+    /// yet, and an event that lands between two reads would be counted twice or not at all.
+    pub async fn voucher_and_landed(
+        &self,
+        code: &VoucherCode,
+        order_ids: &[&str],
+    ) -> Result<(VoucherView, usize), GetVoucherError> {
         timed(Dependency::Postgres, "voucher", async {
             let client = self.client().await?;
             let row = client
                 .query_typed(
-                    &format!("{VOUCHER_VIEW} WHERE v.code = $1"),
-                    &[(&code.as_str(), Type::TEXT)],
+                    &format!(
+                        "SELECT view.*,
+                                (SELECT count(*) FROM redemption r
+                                  WHERE r.voucher_code = $1 AND r.order_id = ANY($2)) AS landed
+                           FROM ({VOUCHER_VIEW} WHERE v.code = $1) view"
+                    ),
+                    &[(&code.as_str(), Type::TEXT), (&order_ids, Type::TEXT_ARRAY)],
                 )
                 .await
                 .map_err(StoreError::from)?
                 .into_iter()
                 .next()
                 .ok_or_else(|| GetVoucherError::NotFound(code.as_str().to_owned()))?;
-            Ok(voucher_view(&row))
+            let landed: i64 = row.get("landed");
+            Ok((voucher_view(&row), landed as usize))
         })
         .await
     }
