@@ -965,7 +965,8 @@ BEGIN
                                 ELSE COALESCE(p_budget_amount, c.budget_amount) END
      WHERE c.campaign_id = p_id;
     UPDATE campaign g
-       SET active = COALESCE(p_active, g.active),
+       SET version = g.version + 1,
+           active = COALESCE(p_active, g.active),
            starts_at = COALESCE(p_starts_at, g.starts_at),
            ends_at = COALESCE(p_ends_at, g.ends_at),
            per_user_limit = CASE WHEN p_clear_per_user THEN NULL
@@ -1478,6 +1479,9 @@ CREATE TABLE public.campaign (
     per_user_limit integer,
     code_count bigint DEFAULT 0 NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    flash_sale boolean DEFAULT false NOT NULL,
+    version bigint DEFAULT 1 NOT NULL,
+    gate_loaded boolean DEFAULT false NOT NULL,
     CONSTRAINT campaign_cap_only_with_percent CHECK (((max_discount_amount IS NULL) OR (discount_percent IS NOT NULL))),
     CONSTRAINT campaign_discount_amount_check CHECK (((discount_amount >= 0) AND (discount_amount <= '1000000000000000'::bigint))),
     CONSTRAINT campaign_discount_percent_check CHECK (((discount_percent >= 1) AND (discount_percent <= 100))),

@@ -10,9 +10,10 @@ use chrono::Utc;
 use futures::future::join_all;
 use shared::config::RedisSettings;
 use shared::domain::{Discount, ReserveOutcome, VoucherCode};
-use shared::gate::{CodeCounts, Gate, GateMeta, Removal, Removed, Retired, Unit};
+use shared::errors::WarmupError;
+use shared::gate::{CodeCounts, Gate, GateMeta, Place, Removal, Removed, Retired, Unit};
 
-use crate::harness::{cluster_url, redis_url};
+use crate::harness::{cluster_url, redis_url, TestApp};
 
 fn gate(cluster: bool) -> Arc<Gate> {
     Arc::new(
@@ -77,10 +78,7 @@ async fn budget_covers_exactly_its_share(gate: Arc<Gate>) {
     let id = campaign_id();
     let codes = codes(id, 500);
     let now = Utc::now().timestamp_millis();
-    let at = Unit::Campaign {
-        id,
-        code: &codes[0],
-    };
+    let at = Place::in_campaign(id, &codes[0]);
     let meta = meta(Discount::Fixed(1_000), i64::MAX);
     assert!(gate
         .load(at, &meta, 1_000, Some(100_000), &[], Some(&per_code(1)))
@@ -89,7 +87,7 @@ async fn budget_covers_exactly_its_share(gate: Arc<Gate>) {
     let answers = join_all(codes.iter().enumerate().map(|(i, code)| {
         let gate = gate.clone();
         async move {
-            let at = Unit::Campaign { id, code };
+            let at = Place::in_campaign(id, code);
             gate.reserve(at, i as i64 + 1, "o", 5_000, now)
                 .await
                 .unwrap()
@@ -121,14 +119,11 @@ async fn budget_covers_exactly_its_share(gate: Arc<Gate>) {
 /// Every code's order "o" settled, then the campaign's gate retired after its sale.
 async fn retire(gate: &Gate, id: i64, codes: &[VoucherCode], after_end: i64) {
     for code in codes {
-        gate.settled(Unit::Campaign { id, code }, "o")
+        gate.settled(Place::in_campaign(id, code), "o")
             .await
             .unwrap();
     }
-    let at = Unit::Campaign {
-        id,
-        code: &codes[0],
-    };
+    let at = Place::in_campaign(id, &codes[0]);
     assert_eq!(
         gate.retire(at, after_end, Duration::ZERO).await.unwrap(),
         Retired::Retired
@@ -139,10 +134,7 @@ async fn percentage_discounts_never_pass_the_budget(gate: Arc<Gate>) {
     let id = campaign_id();
     let codes = codes(id, 300);
     let now = Utc::now().timestamp_millis();
-    let at = Unit::Campaign {
-        id,
-        code: &codes[0],
-    };
+    let at = Place::in_campaign(id, &codes[0]);
     let budget = 500_000;
     let meta = meta(
         Discount::Percent {
@@ -163,7 +155,7 @@ async fn percentage_discounts_never_pass_the_budget(gate: Arc<Gate>) {
             .map(|(i, (code, &amount))| {
                 let gate = gate.clone();
                 async move {
-                    let at = Unit::Campaign { id, code };
+                    let at = Place::in_campaign(id, code);
                     let reply = gate
                         .reserve(at, i as i64 + 1, "o", amount, now)
                         .await
@@ -210,10 +202,7 @@ async fn codes_per_user_and_total_hold_together(gate: Arc<Gate>) {
     let id = campaign_id();
     let codes = codes(id, 8);
     let now = Utc::now().timestamp_millis();
-    let on = |i: usize| Unit::Campaign {
-        id,
-        code: &codes[i],
-    };
+    let on = |i: usize| Place::in_campaign(id, &codes[i]);
     // Two uses per customer over the campaign, five in all, one per code.
     let meta = meta(Discount::Fixed(10), 2);
     gate.load(on(0), &meta, 5, None, &[], Some(&per_code(1)))
@@ -330,10 +319,7 @@ async fn a_loaded_campaign_knows_its_codes_uses(gate: Arc<Gate>) {
     let id = campaign_id();
     let codes = codes(id, 2);
     let now = Utc::now().timestamp_millis();
-    let on = |i: usize| Unit::Campaign {
-        id,
-        code: &codes[i],
-    };
+    let on = |i: usize| Place::in_campaign(id, &codes[i]);
     let held = CodeCounts {
         per_code: 2,
         uses: vec![
@@ -400,4 +386,118 @@ async fn a_campaigns_gate_holds_its_limits_on_one_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_campaigns_gate_holds_its_limits_on_a_redis_cluster() {
     every_campaign_check(gate(true)).await;
+}
+
+/// A campaign's gate loaded from Postgres knows what the campaign and each code hold: its uses
+/// left, its money left, each customer's uses over it and of each code. The campaign here is
+/// reserved as a standard one, then made flash-sale in SQL (the API does not take `flashSale`
+/// for a campaign yet).
+#[tokio::test]
+async fn a_campaigns_gate_is_loaded_from_what_postgres_holds() {
+    let app = TestApp::spawn().await;
+    let now = Utc::now();
+    let codes = ["LOADA", "LOADB", "LOADC", "LOADD"];
+    let (status, view) = app
+        .create_campaign(serde_json::json!({
+            "discountAmount": 1_000,
+            "startsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
+            "endsAt": (now + chrono::Duration::days(1)).to_rfc3339(),
+            "codes": codes,
+            "perCodeLimit": 2,
+            "perUserLimit": 3,
+            "totalLimit": 10,
+            "budgetAmount": 10_000,
+        }))
+        .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{view}");
+    let id = view["id"].as_i64().unwrap();
+    for (code, customer, order) in [("LOADA", 1, "o1"), ("LOADA", 1, "o2"), ("LOADB", 2, "o3")] {
+        let (status, body) = app.reserve(code, customer, order, 5_000).await;
+        assert_eq!(status, reqwest::StatusCode::CREATED, "{body}");
+    }
+    let warmup = app.app.reservations().warmup();
+    assert!(matches!(
+        warmup.warm_campaign(id).await,
+        Err(WarmupError::NotFlashSale)
+    ));
+    assert!(matches!(
+        warmup.warm_campaign(id + 1_000_000).await,
+        Err(WarmupError::NotFound)
+    ));
+    app.db()
+        .await
+        .execute(
+            "UPDATE campaign SET flash_sale = true WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    assert!(warmup.warm_campaign(id).await.unwrap(), "loaded now");
+    assert!(!warmup.warm_campaign(id).await.unwrap(), "loaded once");
+
+    let gate = app.app.gate();
+    let counts = gate.counts(Unit::Campaign(id)).await.unwrap().unwrap();
+    assert_eq!((counts.remaining, counts.budget), (7, Some(7_000)));
+    let code = |c: &str| shared::domain::VoucherCode::parse(c).unwrap();
+    let (a, b, c) = (code("LOADA"), code("LOADB"), code("LOADC"));
+    let ms = now.timestamp_millis();
+    // LOADA holds its two uses, both customer 1's.
+    assert_eq!(
+        reserve_at(gate, Place::in_campaign(id, &a), 3, "n1", ms).await,
+        ReserveOutcome::OutOfStock
+    );
+    assert_eq!(
+        reserve_at(gate, Place::in_campaign(id, &a), 1, "n2", ms).await,
+        ReserveOutcome::AlreadyUsed
+    );
+    // A retry of an order reserved before the load is Postgres' to answer: the gate did not
+    // grant it and holds no entry for it, only its counts.
+    assert_eq!(
+        reserve_at(gate, Place::in_campaign(id, &b), 1, "n3", ms).await,
+        ReserveOutcome::Reserved,
+        "customer 1 holds two of the campaign's three"
+    );
+    assert_eq!(
+        reserve_at(gate, Place::in_campaign(id, &c), 1, "n4", ms).await,
+        ReserveOutcome::AlreadyUsed
+    );
+    assert_eq!(
+        reserve_at(gate, Place::in_campaign(id, &b), 4, "n5", ms).await,
+        ReserveOutcome::OutOfStock,
+        "LOADB holds customer 2's and customer 1's"
+    );
+    let counts = gate.counts(Unit::Campaign(id)).await.unwrap().unwrap();
+    assert_eq!((counts.remaining, counts.budget), (6, Some(6_000)));
+
+    // A change of the campaign is a new version of its rules.
+    let version = |db: tokio_postgres::Client| async move {
+        let row = db
+            .query_one("SELECT version FROM campaign WHERE id = $1", &[&id])
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    assert_eq!(version(app.db().await).await, 1);
+    let (status, body) = app
+        .json(
+            "PATCH",
+            &format!("/campaigns/{id}"),
+            Some(serde_json::json!({"active": false})),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    assert_eq!(version(app.db().await).await, 2);
+}
+
+async fn reserve_at(
+    gate: &Gate,
+    place: Place<'_>,
+    customer: i64,
+    order: &str,
+    now_ms: i64,
+) -> ReserveOutcome {
+    gate.reserve(place, customer, order, 5_000, now_ms)
+        .await
+        .unwrap()
+        .outcome
 }

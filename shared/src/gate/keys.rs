@@ -8,13 +8,11 @@ use std::borrow::Cow;
 
 use crate::domain::VoucherCode;
 
-/// Where a flash-sale code is decided in the gate: a voucher has its own keys; a code of a
-/// flash-sale campaign is decided in its campaign's, where an order is `CODE|orderId` (an
-/// order id has no `|`) and the `codes` hash counts each code's uses.
+/// A set of gate keys: a voucher's own, or a flash-sale campaign's, shared by all its codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit<'a> {
     Voucher(&'a VoucherCode),
-    Campaign { id: i64, code: &'a VoucherCode },
+    Campaign(i64),
 }
 
 impl<'a> From<&'a VoucherCode> for Unit<'a> {
@@ -23,26 +21,58 @@ impl<'a> From<&'a VoucherCode> for Unit<'a> {
     }
 }
 
-impl<'a> Unit<'a> {
-    pub fn code(&self) -> &'a VoucherCode {
-        match *self {
-            Unit::Voucher(code) | Unit::Campaign { code, .. } => code,
+impl<'a> From<Place<'a>> for Unit<'a> {
+    fn from(place: Place<'a>) -> Unit<'a> {
+        place.unit
+    }
+}
+
+/// Where a flash-sale code is decided: a voucher in its own keys, a campaign's code in its
+/// campaign's, where an order is `CODE|orderId` (an order id has no `|`) and the `codes` hash
+/// counts each code's uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place<'a> {
+    pub unit: Unit<'a>,
+    pub code: &'a VoucherCode,
+}
+
+impl<'a> From<&'a VoucherCode> for Place<'a> {
+    fn from(code: &'a VoucherCode) -> Place<'a> {
+        Place {
+            unit: Unit::Voucher(code),
+            code,
+        }
+    }
+}
+
+impl<'a> Place<'a> {
+    /// A code of the flash-sale campaign `id`.
+    pub fn in_campaign(id: i64, code: &'a VoucherCode) -> Place<'a> {
+        Place {
+            unit: Unit::Campaign(id),
+            code,
         }
     }
 
     /// The campaign's code, for the scripts that count its uses (None: a voucher).
     pub fn campaign_code(&self) -> Option<&'a str> {
-        match *self {
+        match self.unit {
             Unit::Voucher(_) => None,
-            Unit::Campaign { code, .. } => Some(code.as_str()),
+            Unit::Campaign(_) => Some(self.code.as_str()),
         }
+    }
+
+    /// The field of a customer's uses of this code in the campaign's `codes` hash (the code's
+    /// own uses are under the code itself); `lua/reserve.lua` names it the same way.
+    pub fn code_customer_field(code: &str, customer: i64) -> String {
+        format!("{code}|{customer}")
     }
 
     /// An order's field in the `orders` hash and member of `pending`.
     pub fn field<'o>(&self, order_id: &'o str) -> Cow<'o, str> {
-        match self {
+        match self.unit {
             Unit::Voucher(_) => Cow::Borrowed(order_id),
-            Unit::Campaign { code, .. } => Cow::Owned(format!("{}|{order_id}", code.as_str())),
+            Unit::Campaign(_) => Cow::Owned(format!("{}|{order_id}", self.code.as_str())),
         }
     }
 }
@@ -96,7 +126,7 @@ impl Keys {
     pub fn of(prefix: &str, unit: Unit<'_>) -> Keys {
         match unit {
             Unit::Voucher(code) => Keys::new(prefix, code),
-            Unit::Campaign { id, .. } => Keys::campaign(prefix, id),
+            Unit::Campaign(id) => Keys::campaign(prefix, id),
         }
     }
 }
@@ -132,8 +162,8 @@ mod tests {
             VoucherCode::parse("b").unwrap(),
         );
         let (ka, kb) = (
-            Keys::of("p:", Unit::Campaign { id: 7, code: &a }),
-            Keys::of("p:", Unit::Campaign { id: 7, code: &b }),
+            Keys::of("p:", Place::in_campaign(7, &a).into()),
+            Keys::of("p:", Place::in_campaign(7, &b).into()),
         );
         assert_eq!(ka.meta, kb.meta);
         assert_eq!(ka.meta, "p:campaign:{campaign:7}:meta");
@@ -148,7 +178,7 @@ mod tests {
         ] {
             assert!(key.starts_with("p:campaign:{campaign:7}:"), "{key}");
         }
-        assert_eq!(Unit::Campaign { id: 7, code: &a }.field("o:1"), "A|o:1");
-        assert_eq!(Unit::from(&a).field("o:1"), "o:1");
+        assert_eq!(Place::in_campaign(7, &a).field("o:1"), "A|o:1");
+        assert_eq!(Place::from(&a).field("o:1"), "o:1");
     }
 }

@@ -6,7 +6,7 @@
 //! is written and read; Rust reads entries only through `lookup.lua`'s parsed reply. The scripts
 //! that decide run after `lua/rules.lua`, the gate's one copy of the voucher's rules. Every key
 //! carries the hash tag `{CODE}` ([`keys::Keys`]), so a Redis Cluster keeps a voucher in one
-//! slot. Every call is bounded by a timeout: a dead Redis answers `GateError` within it, never
+//! slot; a flash-sale campaign's codes share its keys, tagged `{campaign:ID}` ([`Place`]). Every call is bounded by a timeout: a dead Redis answers `GateError` within it, never
 //! a hang. See docs/ARCHITECTURE.md, "The gate's keys and scripts".
 
 mod conn;
@@ -23,7 +23,7 @@ use crate::config::RedisSettings;
 use crate::domain::{Held, ReserveOutcome};
 use crate::telemetry::metrics::{timed, Dependency};
 use conn::Connector;
-pub use keys::{Keys, Unit};
+pub use keys::{Keys, Place, Unit};
 pub use meta::GateMeta;
 use replies::{
     parse_copy, parse_counts, parse_lookup, parse_patched, parse_removed, parse_reserve,
@@ -255,7 +255,7 @@ fn script(preludes: &[&str], body: &str) -> Script {
 
 /// A campaign's code: the `codes` hash and the code, after a script's other keys and arguments
 /// (`lua/reserve.lua`, `validate.lua`, `release.lua`).
-fn in_campaign(inv: &mut ScriptInvocation<'_>, k: &Keys, at: Unit<'_>) {
+fn in_campaign(inv: &mut ScriptInvocation<'_>, k: &Keys, at: Place<'_>) {
     if let (Some(codes), Some(code)) = (&k.codes, at.campaign_code()) {
         inv.key(codes).arg(code);
     }
@@ -381,14 +381,14 @@ impl Gate {
 
     pub async fn reserve<'u>(
         &self,
-        at: impl Into<Unit<'u>>,
+        at: impl Into<Place<'u>>,
         customer_id: i64,
         order_id: &str,
         order_amount: i64,
         now_ms: i64,
     ) -> Result<GateReply, GateError> {
         let at = at.into();
-        let k = self.keys(at);
+        let k = self.keys(at.into());
         let mut inv = self.reserve.key(&k.meta);
         inv.key(&k.remaining)
             .key(&k.users)
@@ -407,13 +407,13 @@ impl Gate {
     /// discount, NOT_LOADED, or the refusal.
     pub async fn validate<'u>(
         &self,
-        at: impl Into<Unit<'u>>,
+        at: impl Into<Place<'u>>,
         customer_id: i64,
         order_amount: i64,
         now_ms: i64,
     ) -> Result<(ReserveOutcome, i64), GateError> {
         let at = at.into();
-        let k = self.keys(at);
+        let k = self.keys(at.into());
         let mut inv = self.validate.key(&k.meta);
         inv.key(&k.remaining)
             .key(&k.users)
@@ -427,13 +427,13 @@ impl Gate {
 
     pub async fn remove<'u>(
         &self,
-        at: impl Into<Unit<'u>>,
+        at: impl Into<Place<'u>>,
         order_id: &str,
         how: Removal,
         customer_id: Option<i64>,
     ) -> Result<Removed, GateError> {
         let at = at.into();
-        let k = self.keys(at);
+        let k = self.keys(at.into());
         let (give_back, tombstone) = match how {
             Removal::Release => ("1", "1"),
             Removal::Revoke => ("0", "1"),
@@ -460,7 +460,7 @@ impl Gate {
     /// confirm, release and the sweeper read what the gate holds.
     pub async fn lookup<'u>(
         &self,
-        at: impl Into<Unit<'u>>,
+        at: impl Into<Place<'u>>,
         order_id: &str,
         customer_id: Option<i64>,
     ) -> Result<Lookup, GateError> {
@@ -469,13 +469,13 @@ impl Gate {
 
     async fn look<'u>(
         &self,
-        at: impl Into<Unit<'u>>,
+        at: impl Into<Place<'u>>,
         order_id: &str,
         customer_id: Option<i64>,
         with_trust: bool,
     ) -> Result<Lookup, GateError> {
         let at = at.into();
-        let k = self.keys(at);
+        let k = self.keys(at.into());
         let customer = customer_id.map(|c| c.to_string()).unwrap_or_default();
         let reply: Vec<String> = self
             .invoke(
@@ -495,7 +495,7 @@ impl Gate {
     /// The order's entry in the `orders` hash.
     pub async fn order<'u>(
         &self,
-        at: impl Into<Unit<'u>>,
+        at: impl Into<Place<'u>>,
         order_id: &str,
     ) -> Result<Option<OrderEntry>, GateError> {
         Ok(self.lookup(at, order_id, None).await?.entry)
@@ -505,7 +505,7 @@ impl Gate {
     /// order it granted: with [`Trust::Intact`], an order without an entry was never granted.
     pub async fn order_with_trust<'u>(
         &self,
-        at: impl Into<Unit<'u>>,
+        at: impl Into<Place<'u>>,
         order_id: &str,
     ) -> Result<(Option<OrderEntry>, Trust), GateError> {
         let seen = self.look(at, order_id, None, true).await?;
@@ -734,11 +734,11 @@ impl Gate {
     /// The order was written to Postgres: it is no longer pending.
     pub async fn settled<'u>(
         &self,
-        at: impl Into<Unit<'u>>,
+        at: impl Into<Place<'u>>,
         order_id: &str,
     ) -> Result<(), GateError> {
         let at = at.into();
-        let k = self.keys(at);
+        let k = self.keys(at.into());
         self.query::<i64>(
             "settled",
             redis::cmd("ZREM")
@@ -751,10 +751,10 @@ impl Gate {
 
     /// [`Gate::settled`] where a failure only delays the clean-up: it is logged, and the
     /// sweeper clears the mark later (it finds the row).
-    pub async fn settled_best_effort<'u>(&self, at: impl Into<Unit<'u>>, order_id: &str) {
+    pub async fn settled_best_effort<'u>(&self, at: impl Into<Place<'u>>, order_id: &str) {
         let at = at.into();
         if let Err(e) = self.settled(at, order_id).await {
-            tracing::warn!(code = at.code().as_str(), order_id, error = %crate::telemetry::Chain(&e), "pending not cleared");
+            tracing::warn!(code = at.code.as_str(), order_id, error = %crate::telemetry::Chain(&e), "pending not cleared");
         }
     }
 

@@ -15,7 +15,7 @@ use super::Parts;
 use crate::domain::VoucherCode;
 use crate::errors::WarmupError;
 use crate::events::Transport;
-use crate::gate::{Gate, GateMeta};
+use crate::gate::{CodeCounts, Gate, GateMeta, Place, Unit};
 use crate::store::Store;
 
 /// How long a caller waits for another process to finish loading a voucher into the gate.
@@ -66,34 +66,116 @@ impl Warmup {
     /// others wait for the voucher to appear, or for the lock to be let go (a change of the
     /// voucher holds it too, and loads nothing) to try again, up to `LOAD_WAIT`.
     pub async fn warm(&self, code: &VoucherCode) -> Result<Warmed, WarmupError> {
+        let loaded_now = self.warm_unit(Unit::Voucher(code)).await?;
+        Ok(Warmed {
+            code: code.as_str().to_owned(),
+            loaded_now,
+            remaining: self.gate.remaining(code).await?,
+        })
+    }
+
+    /// Loads a flash-sale campaign's gate, shared by all its codes, unless it is loaded, as
+    /// [`Warmup::warm`] loads a voucher (docs/ARCHITECTURE.md, "Campaigns in the gate"). True
+    /// when this call loaded it.
+    pub async fn warm_campaign(&self, id: i64) -> Result<bool, WarmupError> {
+        self.warm_unit(Unit::Campaign(id)).await
+    }
+
+    async fn warm_unit(&self, unit: Unit<'_>) -> Result<bool, WarmupError> {
         let deadline = Instant::now() + LOAD_WAIT;
-        let mut loaded_now = false;
-        while !self.gate.is_loaded(code).await? {
+        while !self.gate.is_loaded(unit).await? {
             // Unique per call, so that only this call's lock is ever released by it.
             let token = uuid::Uuid::new_v4().to_string();
             if self
                 .gate
-                .try_lock_loading(code, &token, LOAD_LOCK_TTL)
+                .try_lock_loading(unit, &token, LOAD_LOCK_TTL)
                 .await?
             {
-                let result = self.load(code).await;
-                if let Err(e) = self.gate.unlock_loading(code, &token).await {
+                let result = match unit {
+                    Unit::Voucher(code) => self.load(code).await,
+                    Unit::Campaign(id) => self.load_campaign(id).await,
+                };
+                if let Err(e) = self.gate.unlock_loading(unit, &token).await {
                     // The lock expires by itself within its TTL.
-                    tracing::warn!(code = code.as_str(), error = %crate::telemetry::Chain(&e), "loading lock not released");
+                    tracing::warn!(unit = ?unit, error = %crate::telemetry::Chain(&e), "loading lock not released");
                 }
-                loaded_now = result?;
-                break;
+                return result;
             }
             if Instant::now() > deadline {
                 return Err(WarmupError::Busy);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Ok(Warmed {
-            code: code.as_str().to_owned(),
-            loaded_now,
-            remaining: self.gate.remaining(code).await?,
-        })
+        Ok(false)
+    }
+
+    /// Under the lock, as [`Warmup::load`]: the campaign's rules, counters and customers, and
+    /// the uses each code holds, read in one snapshot and written in one script. A sale that
+    /// has ended is not loaded into a gate that does not hold it.
+    ///
+    /// Mode B is not built for campaigns yet (`flashSale` campaigns are refused): a campaign's
+    /// events are keyed by code, spread over partitions whose lag this does not read, so a
+    /// campaign the gate held before and lost is not loaded again here (EventsInFlight).
+    async fn load_campaign(&self, id: i64) -> Result<bool, WarmupError> {
+        let source = self
+            .store
+            .campaign_gate_source(id)
+            .await?
+            .ok_or(WarmupError::NotFound)?;
+        if !source.flash_sale {
+            return Err(WarmupError::NotFlashSale);
+        }
+        if source.gate_loaded && self.events.is_some() {
+            return Err(WarmupError::EventsInFlight);
+        }
+        if !source.gate_loaded {
+            if source.ends_at <= Utc::now() {
+                return Ok(false);
+            }
+            self.store.mark_campaign_gate_loaded(id).await?;
+        }
+        let meta = GateMeta {
+            discount: source.discount,
+            min_order: source.min_order_amount,
+            starts_ms: source.starts_at.timestamp_millis(),
+            ends_ms: source.ends_at.timestamp_millis(),
+            // No per-user limit over the campaign: none the gate can reach.
+            per_user: source.per_user_limit.map_or(i64::MAX, i64::from),
+            ttl_ms: i64::from(source.reservation_ttl_seconds) * 1000,
+            active: source.active,
+            version: source.version,
+        };
+        let mut uses = source.codes;
+        uses.extend(
+            source
+                .code_customers
+                .into_iter()
+                .map(|(code, customer, n)| (Place::code_customer_field(&code, customer), n.into())),
+        );
+        let counts = CodeCounts {
+            per_code: source.per_code_limit.into(),
+            uses,
+        };
+        let unit = Unit::Campaign(id);
+        let loaded = self
+            .gate
+            .load(
+                unit,
+                &meta,
+                source.remaining,
+                source.budget_left,
+                &source.users,
+                Some(&counts),
+            )
+            .await?;
+        if loaded {
+            tracing::info!(
+                campaign = id,
+                remaining = source.remaining,
+                "campaign loaded into the gate"
+            );
+        }
+        Ok(loaded)
     }
 
     /// Under the lock: a waiter never asks the queue, only the one about to load does.

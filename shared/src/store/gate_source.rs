@@ -1,11 +1,12 @@
 //! What the gate is loaded from (the warm-up) and checked against (the reconciler), each read
 //! in one snapshot.
 
+use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 
 use super::rows::voucher_rules;
 use super::Store;
-use crate::domain::{VoucherCode, VoucherRules};
+use crate::domain::{Discount, VoucherCode, VoucherRules};
 use crate::errors::StoreError;
 use crate::telemetry::metrics::{timed, Dependency};
 
@@ -26,6 +27,38 @@ pub struct GateSource {
     pub budget_left: Option<i64>,
     /// Each customer's active uses (empty unless asked for).
     pub users: Vec<(i64, i32)>,
+}
+
+/// What a flash-sale campaign's gate is loaded from ([`Store::campaign_gate_source`]), read in
+/// one snapshot: the campaign's rules at their version, its counters and customers, and what
+/// each of its codes holds (docs/ARCHITECTURE.md, "Campaigns in the gate").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CampaignGateSource {
+    pub flash_sale: bool,
+    pub discount: Discount,
+    pub min_order_amount: i64,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+    pub active: bool,
+    pub reservation_ttl_seconds: i32,
+    /// Over the whole campaign (None: none).
+    pub per_user_limit: Option<i32>,
+    pub per_code_limit: i32,
+    /// The version the rules and limits are at.
+    pub version: i64,
+    /// The total less the uses held; without a total, what the codes' limits allow less the
+    /// uses held.
+    pub remaining: i64,
+    /// The budget less the discounts held (None: no budget).
+    pub budget_left: Option<i64>,
+    /// May the gate hold it already (V19)?
+    pub gate_loaded: bool,
+    /// Each customer's active uses over the campaign.
+    pub users: Vec<(i64, i32)>,
+    /// Each code holding uses, with its uses.
+    pub codes: Vec<(String, i64)>,
+    /// Each customer's active uses of a code: (code, customer, uses).
+    pub code_customers: Vec<(String, i64, i32)>,
 }
 
 /// What the reconciler checks a gate against ([`Store::released_among`]), read in one snapshot.
@@ -124,6 +157,106 @@ impl Store {
             }))
         })
         .await
+    }
+
+    /// What a campaign's gate is loaded from, in one statement (one snapshot); None: no such
+    /// campaign. The codes holding uses are found through the campaign's codes (the
+    /// `voucher_by_campaign` index), a walk as long as the campaign has codes, done once per
+    /// load: before its sale, or after Redis lost it.
+    pub async fn campaign_gate_source(
+        &self,
+        id: i64,
+    ) -> Result<Option<CampaignGateSource>, StoreError> {
+        timed(Dependency::Postgres, "campaign_gate_source", async {
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "WITH held AS MATERIALIZED (
+                       SELECT v.code, s.used
+                         FROM voucher v JOIN voucher_slot s ON s.voucher_code = v.code
+                        WHERE v.campaign_id = $1 AND s.used > 0),
+                     holders AS MATERIALIZED (
+                       SELECT c.voucher_code, c.customer_id, c.active
+                         FROM held h JOIN voucher_customer c ON c.voucher_code = h.code
+                        WHERE c.active > 0)
+                     SELECT g.flash_sale, g.discount_amount, g.discount_percent,
+                            g.max_discount_amount, g.min_order_amount, g.starts_at, g.ends_at,
+                            g.active, g.reservation_ttl_seconds, g.per_user_limit,
+                            g.per_code_limit, g.version, g.gate_loaded,
+                            COALESCE(k.total_limit, g.code_count * g.per_code_limit) - k.used
+                              AS remaining,
+                            k.budget_amount - k.budget_used AS budget_left,
+                            ARRAY(SELECT c.customer_id FROM campaign_customer c
+                                   WHERE c.campaign_id = g.id AND c.active > 0
+                                   ORDER BY c.customer_id) AS customers,
+                            ARRAY(SELECT c.active FROM campaign_customer c
+                                   WHERE c.campaign_id = g.id AND c.active > 0
+                                   ORDER BY c.customer_id) AS actives,
+                            ARRAY(SELECT h.code FROM held h ORDER BY h.code) AS codes,
+                            ARRAY(SELECT h.used::bigint FROM held h ORDER BY h.code) AS code_used,
+                            ARRAY(SELECT h.voucher_code FROM holders h
+                                   ORDER BY h.voucher_code, h.customer_id) AS holder_codes,
+                            ARRAY(SELECT h.customer_id FROM holders h
+                                   ORDER BY h.voucher_code, h.customer_id) AS holder_ids,
+                            ARRAY(SELECT h.active FROM holders h
+                                   ORDER BY h.voucher_code, h.customer_id) AS holder_uses
+                       FROM campaign g JOIN campaign_counter k ON k.campaign_id = g.id
+                      WHERE g.id = $1",
+                    &[(&id, Type::INT8)],
+                )
+                .await?;
+            let Some(row) = rows.first() else {
+                return Ok(None);
+            };
+            let customers: Vec<i64> = row.get("customers");
+            let actives: Vec<i32> = row.get("actives");
+            let codes: Vec<String> = row.get("codes");
+            let used: Vec<i64> = row.get("code_used");
+            let holder_codes: Vec<String> = row.get("holder_codes");
+            let holder_ids: Vec<i64> = row.get("holder_ids");
+            let holder_uses: Vec<i32> = row.get("holder_uses");
+            Ok(Some(CampaignGateSource {
+                flash_sale: row.get("flash_sale"),
+                discount: Discount::from_columns(
+                    row.get("discount_amount"),
+                    row.get("discount_percent"),
+                    row.get("max_discount_amount"),
+                ),
+                min_order_amount: row.get("min_order_amount"),
+                starts_at: row.get("starts_at"),
+                ends_at: row.get("ends_at"),
+                active: row.get("active"),
+                reservation_ttl_seconds: row.get("reservation_ttl_seconds"),
+                per_user_limit: row.get("per_user_limit"),
+                per_code_limit: row.get("per_code_limit"),
+                version: row.get("version"),
+                remaining: row.get("remaining"),
+                budget_left: row.get("budget_left"),
+                gate_loaded: row.get("gate_loaded"),
+                users: customers.into_iter().zip(actives).collect(),
+                codes: codes.into_iter().zip(used).collect(),
+                code_customers: holder_codes
+                    .into_iter()
+                    .zip(holder_ids)
+                    .zip(holder_uses)
+                    .map(|((code, customer), uses)| (code, customer, uses))
+                    .collect(),
+            }))
+        })
+        .await
+    }
+
+    /// Marks the campaign as one the gate may hold, before it is loaded (V19).
+    pub async fn mark_campaign_gate_loaded(&self, id: i64) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .query_typed(
+                "UPDATE campaign SET gate_loaded = true WHERE id = $1 AND NOT gate_loaded",
+                &[(&id, Type::INT8)],
+            )
+            .await?;
+        Ok(())
     }
 
     /// Marks the voucher as one the gate may hold, before it is loaded. See

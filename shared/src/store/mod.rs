@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 
-pub use gate_source::{GateCheck, GateSource};
+pub use gate_source::{CampaignGateSource, GateCheck, GateSource};
 pub use merge::{
     is_undefined_table, is_unknown_voucher, never_passes, Merge, MergeOutcome, Merged, RowFacts,
     MERGE_BATCH_MAX,

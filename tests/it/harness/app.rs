@@ -375,6 +375,15 @@ impl TestApp {
         format!("{}/{}", postgres_base(), self.db_name)
     }
 
+    /// A connection to this test's database, for what no route does (a test's own SQL).
+    pub async fn db(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(&self.database_url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+    }
+
     /// The application role the server logs in as ([`TestAppBuilder::with_app_role`]).
     pub fn app_role(&self) -> &str {
         self.app_role
