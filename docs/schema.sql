@@ -1719,6 +1719,18 @@ ALTER TABLE ONLY public.voucher_slot
     ADD CONSTRAINT voucher_slot_pkey PRIMARY KEY (voucher_code, slot);
 
 --
+-- Name: campaign_flash_by_end; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX campaign_flash_by_end ON public.campaign USING btree (ends_at) WHERE flash_sale;
+
+--
+-- Name: campaign_in_gate; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX campaign_in_gate ON public.campaign USING btree (id) WHERE gate_loaded;
+
+--
 -- Name: redemption_by_customer; Type: INDEX; Schema: public; Owner: -
 --
 

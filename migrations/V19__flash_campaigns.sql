@@ -12,12 +12,19 @@
 --     voucher.gate_loaded, V9): a campaign the gate held and lost may have events in flight, one
 --     never held has none.
 --
+-- Two partial indexes keep the sweeper's campaign pass as long as what is live, not history:
+-- the campaigns the gate may hold (reconciled, retired), and the flash-sale campaigns by the end
+-- of their sale (those starting soon are loaded ahead), as V9 and V11 do for vouchers.
+--
 -- fg_patch_campaign is V17's, with the version counted.
 
 ALTER TABLE campaign
     ADD COLUMN flash_sale  BOOLEAN NOT NULL DEFAULT false,
     ADD COLUMN version     BIGINT  NOT NULL DEFAULT 1,
     ADD COLUMN gate_loaded BOOLEAN NOT NULL DEFAULT false;
+
+CREATE INDEX campaign_in_gate ON campaign (id) WHERE gate_loaded;
+CREATE INDEX campaign_flash_by_end ON campaign (ends_at) WHERE flash_sale;
 
 CREATE OR REPLACE FUNCTION fg_patch_campaign(p_id BIGINT, p_active BOOLEAN, p_starts_at TIMESTAMPTZ,
                                   p_ends_at TIMESTAMPTZ,

@@ -351,6 +351,11 @@ pub enum CampaignError {
     LimitBelowUsed(String),
     #[error("budgetAmount: {0}")]
     BudgetBelowUsed(String),
+    /// Another change, or a load into the gate, holds a flash-sale campaign's gate lock.
+    #[error("another change to this campaign is in progress; retry shortly")]
+    Busy,
     #[error("the database is unavailable")]
     Unavailable(#[from] StoreError),
+    #[error("redis is unavailable")]
+    Gate(#[from] GateError),
 }

@@ -390,8 +390,8 @@ async fn a_campaigns_gate_holds_its_limits_on_a_redis_cluster() {
 
 /// A campaign's gate loaded from Postgres knows what the campaign and each code hold: its uses
 /// left, its money left, each customer's uses over it and of each code. The campaign here is
-/// reserved as a standard one, then made flash-sale in SQL (the API does not take `flashSale`
-/// for a campaign yet).
+/// reserved as a standard one, then made flash-sale in SQL, so that Postgres holds uses the
+/// gate never saw (as after Redis lost its data).
 #[tokio::test]
 async fn a_campaigns_gate_is_loaded_from_what_postgres_holds() {
     let app = TestApp::spawn().await;
@@ -424,8 +424,7 @@ async fn a_campaigns_gate_is_loaded_from_what_postgres_holds() {
         warmup.warm_campaign(id + 1_000_000).await,
         Err(WarmupError::NotFound)
     ));
-    app.db()
-        .await
+    app.db
         .execute(
             "UPDATE campaign SET flash_sale = true WHERE id = $1",
             &[&id],
@@ -470,14 +469,15 @@ async fn a_campaigns_gate_is_loaded_from_what_postgres_holds() {
     assert_eq!((counts.remaining, counts.budget), (6, Some(6_000)));
 
     // A change of the campaign is a new version of its rules.
-    let version = |db: tokio_postgres::Client| async move {
-        let row = db
+    let version = || async {
+        let row = app
+            .db
             .query_one("SELECT version FROM campaign WHERE id = $1", &[&id])
             .await
             .unwrap();
         row.get::<_, i64>(0)
     };
-    assert_eq!(version(app.db().await).await, 1);
+    assert_eq!(version().await, 1);
     let (status, body) = app
         .json(
             "PATCH",
@@ -486,7 +486,7 @@ async fn a_campaigns_gate_is_loaded_from_what_postgres_holds() {
         )
         .await;
     assert_eq!(status, reqwest::StatusCode::OK, "{body}");
-    assert_eq!(version(app.db().await).await, 2);
+    assert_eq!(version().await, 2);
 }
 
 async fn reserve_at(
@@ -500,4 +500,117 @@ async fn reserve_at(
         .await
         .unwrap()
         .outcome
+}
+
+/// A flash campaign's gate through a sale's life, over HTTP and the sweeper: a change pauses
+/// it in the gate at once; expired uses come back to it; a drifted count is repaired; once the
+/// sale is over, every key of it goes, and Postgres answers for its codes.
+#[tokio::test]
+async fn a_flash_campaigns_gate_is_changed_swept_and_retired() {
+    let app = TestApp::builder()
+        .flash(true)
+        .configure(|s| s.sweep.retire_after = Duration::ZERO)
+        .spawn()
+        .await;
+    let now = Utc::now();
+    let (status, view) = app
+        .create_campaign(serde_json::json!({
+            "discountAmount": 1_000,
+            "startsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
+            "endsAt": (now + chrono::Duration::days(1)).to_rfc3339(),
+            "codes": ["SWA", "SWB", "SWC", "SWD", "SWE"],
+            "flashSale": true,
+            "reservationTtlSeconds": 1,
+            "totalLimit": 5,
+            "budgetAmount": 5_000,
+        }))
+        .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{view}");
+    assert_eq!(view["flashSale"], true, "{view}");
+    let id = view["id"].as_i64().unwrap();
+    let unit = Unit::Campaign(id);
+    let gate = app.app.gate();
+    let counts = || async {
+        let c = gate.counts(unit).await.unwrap().unwrap();
+        (c.remaining, c.budget)
+    };
+    assert_eq!(counts().await, (5, Some(5_000)), "loaded at creation");
+
+    // Paused: the gate refuses at once; resumed, it grants again.
+    let (status, body) = app
+        .patch_campaign(id, serde_json::json!({"active": false}))
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    let (status, body) = app.reserve("SWA", 1, "p", 5_000).await;
+    assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    app.patch_campaign(id, serde_json::json!({"active": true}))
+        .await;
+    for (code, customer) in [("SWA", 1), ("SWB", 2), ("SWC", 3)] {
+        let (status, body) = app.reserve(code, customer, "o", 5_000).await;
+        assert_eq!(status, reqwest::StatusCode::CREATED, "{body}");
+    }
+    assert_eq!(counts().await, (2, Some(2_000)));
+    // A lower total than the gate holds is refused by the gate, nothing changed.
+    let (status, body) = app
+        .patch_campaign(id, serde_json::json!({"totalLimit": 2}))
+        .await;
+    assert_eq!(status, reqwest::StatusCode::CONFLICT, "{body}");
+    assert_eq!(counts().await, (2, Some(2_000)));
+
+    // The 1 s reservations expire: their uses and money come back to the campaign's gate.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.expired, 3, "{report:?}");
+    assert_eq!(counts().await, (5, Some(5_000)));
+    assert_eq!(
+        app.reserve("SWA", 9, "again", 5_000).await.0,
+        reqwest::StatusCode::CREATED,
+        "the code is free again"
+    );
+
+    // Drift (a count Redis lost): repaired by the next sweep.
+    let keys = shared::gate::Keys::campaign(&app.key_prefix(), id);
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&keys.remaining)
+        .arg(1)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.drift_repaired, 1, "{report:?}");
+    assert_eq!(counts().await, (4, Some(4_000)));
+
+    // The sale ends: the next sweep retires the campaign's gate, every key of it.
+    let (status, body) = app
+        .patch_campaign(
+            id,
+            serde_json::json!({"endsAt": (Utc::now() + chrono::Duration::milliseconds(300)).to_rfc3339()}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert!(report.retired >= 1, "{report:?}");
+    assert!(!gate.is_loaded(unit).await.unwrap());
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}campaign:{{campaign:{id}}}:*", app.key_prefix()))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    let loaded: bool = app
+        .db
+        .query_one("SELECT gate_loaded FROM campaign WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!loaded);
+    // Postgres answers for the codes now: the sale is over.
+    let (status, body) = app.reserve("SWD", 4, "late", 5_000).await;
+    assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{body}");
 }

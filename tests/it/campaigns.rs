@@ -2,12 +2,16 @@
 //! a reserve wins only if the code, the customer and the campaign all have room; the
 //! campaign's total, per-user limit and budget hold whatever the concurrency, and a use given
 //! back returns its use and discount exactly once. Reserves written one by one, and grouped
-//! into batches (which take the loop of `fg_merge` calls for a campaign's codes).
+//! into batches; standard, and flash-sale (the campaign's gate decides, mode A; Postgres
+//! decides a flash campaign's codes in mode B, docs/ARCHITECTURE.md, "Campaigns in the gate").
 
 crate::in_modes!(
     [
         standard = Mode::standard(),
         grouped = Mode::standard().grouped(),
+        flash = Mode::flash(),
+        flash_grouped = Mode::flash().grouped(),
+        flash_kafka = Mode::flash().mode_b(Broker::Kafka),
     ]
     {
         a_budget_covering_100_of_500_codes_reserved_at_once_grants_exactly_100,
@@ -22,6 +26,7 @@ use std::sync::Arc;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use shared::gate::Unit;
 
 use crate::harness::{error_of, Mode, TestApp};
 
@@ -37,6 +42,7 @@ async fn campaign(app: &TestApp, overrides: Value) -> (i64, Value) {
         "startsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
         "endsAt": (now + chrono::Duration::days(1)).to_rfc3339(),
         "codes": {"count": 100},
+        "flashSale": app.is_flash(),
     });
     for (k, v) in overrides.as_object().unwrap() {
         body[k] = v.clone();
@@ -145,6 +151,11 @@ async fn a_budget_covering_100_of_500_codes_reserved_at_once_grants_exactly_100(
         assert_eq!(refused, "BUDGET_EXHAUSTED");
     }
     assert_counters(&app, id, 100, Some(100_000)).await;
+    if mode.flash && mode.mode_b.is_none() {
+        // The campaign's gate decided, and holds what Postgres holds.
+        let gate = app.app.gate().counts(Unit::Campaign(id)).await.unwrap();
+        assert_eq!(gate.map(|g| (g.remaining, g.budget)), Some((400, Some(0))));
+    }
     assert_eq!(codes(&app, id, Some("used")).await.len(), 100);
     assert_eq!(codes(&app, id, Some("unused")).await.len(), 400);
     // An unused code still has room; the campaign's money does not.
@@ -436,7 +447,6 @@ async fn bad_campaigns_and_changes_are_refused_naming_the_field() {
         ),
         (json!({"codes": ["OK", "ok"]}), "codes"),
         (json!({"codes": "x"}), "codes"),
-        (json!({"flashSale": true}), "flashSale"),
         (json!({"perCodeLimit": 0}), "perCodeLimit"),
         (json!({"budgetAmount": -1}), "budgetAmount"),
         (json!({"endsAt": now.to_rfc3339()}), "endsAt"),

@@ -263,6 +263,8 @@ impl NewCodes {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CampaignRules {
     pub discount: Discount,
+    /// Decided by the gate, as a campaign (docs/ARCHITECTURE.md, "Campaigns in the gate").
+    pub flash_sale: bool,
     pub min_order_amount: i64,
     pub starts_at: DateTime<Utc>,
     pub ends_at: DateTime<Utc>,
@@ -296,16 +298,9 @@ impl TryFrom<CreateCampaignRequest> for NewCampaign {
         if ends_at <= starts_at {
             return Err(Invalid::new("endsAt", "must be after startsAt"));
         }
-        if r.flash_sale {
-            // The gate keeps one voucher's counters on one Redis slot; a campaign's counters
-            // over many codes are not there yet.
-            return Err(Invalid::new(
-                "flashSale",
-                "flash-sale campaigns are not supported yet: create flash-sale vouchers",
-            ));
-        }
         let rules = CampaignRules {
             discount,
+            flash_sale: r.flash_sale,
             min_order_amount: amount("minOrderAmount", r.min_order_amount)?,
             starts_at,
             ends_at,

@@ -54,6 +54,22 @@ impl<'a> Place<'a> {
         }
     }
 
+    /// A code decided in its own keys (None) or in its flash-sale campaign's.
+    pub fn of(code: &'a VoucherCode, campaign: Option<i64>) -> Place<'a> {
+        match campaign {
+            Some(id) => Place::in_campaign(id, code),
+            None => Place::from(code),
+        }
+    }
+
+    /// The flash-sale campaign whose keys decide this code (None: a voucher).
+    pub fn campaign(&self) -> Option<i64> {
+        match self.unit {
+            Unit::Voucher(_) => None,
+            Unit::Campaign(id) => Some(id),
+        }
+    }
+
     /// The campaign's code, for the scripts that count its uses (None: a voucher).
     pub fn campaign_code(&self) -> Option<&'a str> {
         match self.unit {

@@ -313,7 +313,9 @@ impl From<CampaignError> for ApiError {
             CampaignError::BudgetBelowUsed(_) => {
                 ApiError::new(StatusCode::CONFLICT, "BUDGET_BELOW_USED", message)
             }
+            CampaignError::Busy => ApiError::unavailable(message),
             CampaignError::Unavailable(e) => e.into(),
+            CampaignError::Gate(e) => e.into(),
         }
     }
 }

@@ -3,20 +3,33 @@
 //! campaign's limits and budget are kept by Postgres with the codes' own (docs/ARCHITECTURE.md,
 //! "Campaigns").
 
+use std::time::{Duration, Instant};
+
 use futures::Stream;
 
+use super::patch::{LOCK_TTL, LOCK_WAIT};
 use super::Reservations;
 use crate::domain::{
-    CampaignList, CampaignPatch, CampaignView, CodeItem, CodeList, NewCampaign, Page,
+    CampaignList, CampaignPatch, CampaignView, CodeItem, CodeList, Invalid, NewCampaign, Page,
 };
 use crate::errors::{CampaignError, CreateCampaignError, StoreError};
+use crate::gate::{BudgetStep, GateMeta, Patched, Unit};
+use crate::store::CampaignGateSource;
+use crate::telemetry::Chain;
 
 impl Reservations {
     pub async fn create_campaign(
         &self,
         c: &NewCampaign,
     ) -> Result<CampaignView, CreateCampaignError> {
-        self.store.create_campaign(c).await
+        let view = self.store.create_campaign(c).await?;
+        if c.rules.flash_sale && self.warmup.is_due(c.rules.starts_at, chrono::Utc::now()) {
+            // Best effort: a campaign not loaded now is loaded on its first reserve.
+            if let Err(e) = self.warmup.warm_campaign(view.id).await {
+                tracing::warn!(campaign = view.id, error = %Chain(&e), "warm-up at creation failed");
+            }
+        }
+        Ok(view)
     }
 
     pub async fn campaign(&self, id: i64) -> Result<CampaignView, CampaignError> {
@@ -43,11 +56,175 @@ impl Reservations {
         self.store.campaign_codes_stream(list).await
     }
 
+    /// A standard campaign changes in Postgres alone (`fg_patch_campaign`). A flash-sale
+    /// campaign's rules and counters also live in its gate, and change there in the three
+    /// steps of a flash voucher's change, under the campaign's gate lock (`patch.rs`): the
+    /// gate first takes rules that refuse what the old or the new refuse and gives up what a
+    /// lower total or budget takes away (refused when what was granted exceeds it); then
+    /// Postgres; then the gate takes the new rules and what a higher total or budget adds.
     pub async fn patch_campaign(
         &self,
         id: i64,
         patch: &CampaignPatch,
     ) -> Result<CampaignView, CampaignError> {
-        self.store.patch_campaign(id, patch).await
+        let state = self
+            .store
+            .campaign_gate_source(id, false)
+            .await?
+            .ok_or(CampaignError::NotFound(id))?;
+        if !state.flash_sale {
+            return self.store.patch_campaign(id, patch).await;
+        }
+        let unit = Unit::Campaign(id);
+        // Unique per call, so that only this call's lock is ever released by it.
+        let token = uuid::Uuid::new_v4().to_string();
+        let deadline = Instant::now() + LOCK_WAIT;
+        while !self.gate.try_lock_loading(unit, &token, LOCK_TTL).await? {
+            if Instant::now() > deadline {
+                return Err(CampaignError::Busy);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let result = self.patch_flash_campaign(id, patch, &token).await;
+        if let Err(e) = self.gate.unlock_loading(unit, &token).await {
+            // It expires by itself within LOCK_TTL.
+            tracing::warn!(campaign = id, error = %Chain(&e), "gate lock not released");
+        }
+        result
+    }
+
+    async fn patch_flash_campaign(
+        &self,
+        id: i64,
+        patch: &CampaignPatch,
+        token: &str,
+    ) -> Result<CampaignView, CampaignError> {
+        // Read under the lock: no other change of this campaign runs now.
+        let state = self
+            .store
+            .campaign_gate_source(id, false)
+            .await?
+            .ok_or(CampaignError::NotFound(id))?;
+        let view = self.store.campaign(id).await?;
+        let old = campaign_meta(&state, state.version);
+        let mut new = old.clone();
+        if let Some(active) = patch.active {
+            new.active = active;
+        }
+        if let Some(starts) = patch.starts_at {
+            new.starts_ms = starts.timestamp_millis();
+        }
+        if let Some(ends) = patch.ends_at {
+            new.ends_ms = ends.timestamp_millis();
+        }
+        if let Some(per_user) = patch.per_user_limit {
+            new.per_user = per_user.map_or(i64::MAX, i64::from);
+        }
+        // Without a total, what the codes' limits allow.
+        let all = view.code_count * view.per_code_limit;
+        let total = |t: Option<i64>| t.unwrap_or(all);
+        let delta = match patch.total_limit {
+            Some(next) => total(next) - total(view.total_limit),
+            None => 0,
+        };
+        let old_budget = view.budget.as_ref().map(|b| b.budget_amount);
+        let (take, give) = match (old_budget, patch.budget_amount.unwrap_or(old_budget)) {
+            (None, None) => (BudgetStep::Keep, BudgetStep::Keep),
+            (Some(old), Some(new)) => (
+                BudgetStep::Add((new - old).min(0)),
+                BudgetStep::Add((new - old).max(0)),
+            ),
+            (Some(_), None) => (BudgetStep::Keep, BudgetStep::Remove),
+            (None, Some(_)) => {
+                return Err(Invalid::new(
+                    "budgetAmount",
+                    "a flash-sale campaign created without a budget cannot be given one",
+                )
+                .into())
+            }
+        };
+        let undo = match take {
+            BudgetStep::Add(money) => BudgetStep::Add(-money),
+            other => other,
+        };
+        let unit = Unit::Campaign(id);
+
+        // 1. The gate refuses what either rules refuse, and gives up what a lower total or
+        // budget takes.
+        let strict = old.stricter(&new);
+        match self
+            .gate
+            .patch(unit, token, delta.min(0), take, Some(&strict))
+            .await?
+        {
+            Patched::Applied | Patched::NotLoaded => {}
+            Patched::LimitBelowUsed => {
+                return Err(CampaignError::LimitBelowUsed(
+                    "the uses granted exceed it".into(),
+                ))
+            }
+            Patched::BudgetBelowUsed => {
+                return Err(CampaignError::BudgetBelowUsed(
+                    "the discounts granted exceed it".into(),
+                ))
+            }
+            Patched::LockLost => return Err(CampaignError::Busy),
+        }
+
+        // 2. Postgres.
+        let changed = match self.store.patch_campaign(id, patch).await {
+            Ok(view) => view,
+            Err(e) => {
+                if !matches!(e, CampaignError::Unavailable(_)) {
+                    // Refused, nothing written: the gate goes back to the old rules and counts.
+                    self.campaign_gate_step(id, token, -delta.min(0), undo, &old)
+                        .await;
+                }
+                // Whether it committed is unknown otherwise: the gate stays the stricter.
+                return Err(e);
+            }
+        };
+
+        // 3. The gate takes the new rules, at the version Postgres counted, and what a
+        // higher total or budget adds.
+        new.version = state.version + 1;
+        self.campaign_gate_step(id, token, delta.max(0), give, &new)
+            .await;
+        Ok(changed)
+    }
+
+    /// A gate step after Postgres has decided. A failure leaves the gate stricter than
+    /// Postgres; it is logged.
+    async fn campaign_gate_step(
+        &self,
+        id: i64,
+        token: &str,
+        delta: i64,
+        step: BudgetStep,
+        meta: &GateMeta,
+    ) {
+        let unit = Unit::Campaign(id);
+        match self.gate.patch(unit, token, delta, step, Some(meta)).await {
+            Ok(Patched::Applied | Patched::NotLoaded) => {}
+            Ok(other) => tracing::error!(campaign = id, ?other, delta, "gate change not applied"),
+            Err(e) => {
+                tracing::error!(campaign = id, error = %Chain(&e), delta, "gate change failed")
+            }
+        }
+    }
+}
+
+/// A campaign's rules as its gate holds them, at `version` (the campaign's per-user limit in
+/// `per_user`; none is one the gate never reaches).
+pub fn campaign_meta(source: &CampaignGateSource, version: i64) -> GateMeta {
+    GateMeta {
+        discount: source.discount,
+        min_order: source.min_order_amount,
+        starts_ms: source.starts_at.timestamp_millis(),
+        ends_ms: source.ends_at.timestamp_millis(),
+        per_user: source.per_user_limit.map_or(i64::MAX, i64::from),
+        ttl_ms: i64::from(source.reservation_ttl_seconds) * 1000,
+        active: source.active,
+        version,
     }
 }

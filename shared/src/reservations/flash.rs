@@ -16,7 +16,7 @@ use crate::domain::{
 };
 use crate::errors::{FromGateError, GetReservationError, ReserveError, StoreError, WarmupError};
 use crate::events::{ReservedEvent, Transport};
-use crate::gate::{Gate, GateError, Lookup, OrderEntry, Removal, Trust};
+use crate::gate::{Gate, GateError, Lookup, OrderEntry, Place, Removal, Trust};
 use crate::store::{Merge, MergeOutcome, Merged, Store};
 use crate::telemetry::metrics::SOLD_OUT_ANSWERS;
 use crate::telemetry::Chain;
@@ -50,11 +50,17 @@ impl Flash {
         }
     }
 
+    /// `campaign`: the flash-sale campaign whose gate decides this code (None: a voucher, in
+    /// its own).
     pub(super) async fn reserve(
         &self,
         r: &Reserve,
+        campaign: Option<i64>,
         now: DateTime<Utc>,
     ) -> Result<Reservation, ReserveError> {
+        if campaign.is_some() {
+            return self.decide(r, campaign, now).await;
+        }
         match self.sold_out.recently(&r.code) {
             Recent::No => {}
             Recent::Lookup => {
@@ -69,15 +75,36 @@ impl Flash {
                 return self.answer_sold_out(r, Ok(seen)).await;
             }
         }
+        self.decide(r, None, now).await
+    }
+
+    /// The gate's decision and its settling, past the sold-out short cut (which a campaign's
+    /// codes do not take: one code's OUT_OF_STOCK says nothing of its campaign's others).
+    async fn decide(
+        &self,
+        r: &Reserve,
+        campaign: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> Result<Reservation, ReserveError> {
+        if campaign.is_some() && self.events.is_some() {
+            // Mode B is not built for campaigns' gates (docs/ARCHITECTURE.md, "Campaigns in the
+            // gate"): Postgres decides, as for a standard campaign, exactly, only slower.
+            return self.writes.reserve(r, now).await;
+        }
+        let place = Place::of(&r.code, campaign);
         let order = r.order_id.as_str();
         let now_ms = now.timestamp_millis();
         let ask = || {
             self.gate
-                .reserve(&r.code, r.customer_id, order, r.order_amount, now_ms)
+                .reserve(place, r.customer_id, order, r.order_amount, now_ms)
         };
         let mut reply = ask().await?;
         if reply.outcome == ReserveOutcome::NotLoaded {
-            if let Err(e) = self.warmup.warm(&r.code).await {
+            let warmed = match campaign {
+                Some(id) => self.warmup.warm_campaign(id).await.map(|_| ()),
+                None => self.warmup.warm(&r.code).await.map(|_| ()),
+            };
+            if let Err(e) = warmed {
                 // Loading must wait (events in flight, another loader): a refusal the rules
                 // decide alone is answered now rather than with that 503.
                 if matches!(e, WarmupError::EventsInFlight | WarmupError::Busy) {
@@ -95,13 +122,17 @@ impl Flash {
                 return self.writes.reserve(r, now).await;
             }
         }
-        if reply.outcome == ReserveOutcome::OutOfStock {
+        if reply.outcome == ReserveOutcome::OutOfStock && campaign.is_none() {
             self.sold_out.mark(&r.code);
         }
         let version = reply.rules_version;
         match (reply.outcome, reply.held) {
-            (ReserveOutcome::Reserved, Some(held)) => self.settle(r, held, version, true).await,
-            (ReserveOutcome::Replay, Some(held)) => self.settle(r, held, version, false).await,
+            (ReserveOutcome::Reserved, Some(held)) => {
+                self.settle(r, campaign, held, version, true).await
+            }
+            (ReserveOutcome::Replay, Some(held)) => {
+                self.settle(r, campaign, held, version, false).await
+            }
             (outcome, _) => Err(ReserveError::refused(outcome)),
         }
     }
@@ -164,7 +195,7 @@ impl Flash {
                 rules_version,
                 ..
             }) if held.customer_id == r.customer_id => {
-                self.settle(r, held, rules_version, false).await
+                self.settle(r, None, held, rules_version, false).await
             }
             Some(OrderEntry::Active { .. }) => Err(ReserveError::OrderConflict),
             Some(OrderEntry::Tombstone(Some(c))) if c != r.customer_id => {
@@ -188,6 +219,7 @@ impl Flash {
     async fn settle(
         &self,
         r: &Reserve,
+        campaign: Option<i64>,
         held: Held,
         rules_version: Option<i64>,
         fresh: bool,
@@ -219,7 +251,8 @@ impl Flash {
                 if fresh {
                     // Forget, not tombstone: the client's retry with the same orderId must be
                     // able to succeed once Postgres is back.
-                    self.correct(r, Removal::Forget { give_back: true }).await;
+                    self.correct(r, campaign, Removal::Forget { give_back: true })
+                        .await;
                 }
                 return Err(e.into());
             }
@@ -246,14 +279,20 @@ impl Flash {
             }
         };
         if fresh {
-            self.reconcile_fresh(r, held, &merged).await;
+            self.reconcile_fresh(r, campaign, held, &merged).await;
         }
         result
     }
 
     /// After a use the gate just granted was merged: make the gate agree with what Postgres
     /// decided.
-    async fn reconcile_fresh(&self, r: &Reserve, held: Held, merged: &Merged) {
+    async fn reconcile_fresh(
+        &self,
+        r: &Reserve,
+        campaign: Option<i64>,
+        held: Held,
+        merged: &Merged,
+    ) {
         let how = match merged.outcome {
             MergeOutcome::Applied => None,
             MergeOutcome::Unchanged | MergeOutcome::Revoked => match &merged.row {
@@ -279,7 +318,7 @@ impl Flash {
             MergeOutcome::NotFound => None,
         };
         match how {
-            Some(how) => self.correct(r, how).await,
+            Some(how) => self.correct(r, campaign, how).await,
             // Postgres has the row: the order is no longer pending. Off the answer's path.
             None => {
                 let (gate, code, order) = (
@@ -287,18 +326,26 @@ impl Flash {
                     r.code.clone(),
                     r.order_id.as_str().to_owned(),
                 );
-                tokio::spawn(async move { gate.settled_best_effort(&code, &order).await });
+                tokio::spawn(async move {
+                    gate.settled_best_effort(Place::of(&code, campaign), &order)
+                        .await
+                });
             }
         }
     }
 
     /// Takes the order out of the gate `how`; on failure the order stays pending in the gate and
     /// the sweeper's orphan pass resolves it.
-    async fn correct(&self, r: &Reserve, how: Removal) {
+    async fn correct(&self, r: &Reserve, campaign: Option<i64>, how: Removal) {
         let order = r.order_id.as_str();
         if let Err(e) = self
             .gate
-            .remove(&r.code, order, how, Some(r.customer_id))
+            .remove(
+                Place::of(&r.code, campaign),
+                order,
+                how,
+                Some(r.customer_id),
+            )
             .await
         {
             tracing::error!(code = r.code.as_str(), order_id = order, error = %Chain(&e), "gate correction failed");
@@ -441,9 +488,17 @@ impl Flash {
         }
     }
 
-    /// A release went through Postgres: a flash voucher's use goes back to its gate.
-    pub(super) async fn released(&self, code: &VoucherCode, order_id: &OrderId, merged: &Merged) {
-        if !(merged.flash_sale && merged.outcome == MergeOutcome::Applied) {
+    /// A release went through Postgres: a flash voucher's use goes back to its gate (a flash
+    /// campaign's code's, `campaign`, to its campaign's).
+    pub(super) async fn released(
+        &self,
+        code: &VoucherCode,
+        campaign: Option<i64>,
+        order_id: &OrderId,
+        merged: &Merged,
+    ) {
+        let flash = merged.flash_sale || campaign.is_some();
+        if !(flash && merged.outcome == MergeOutcome::Applied) {
             return;
         }
         // A use came back: this process stops answering OUT_OF_STOCK from memory.
@@ -452,7 +507,7 @@ impl Flash {
         let order = order_id.as_str();
         if let Err(e) = self
             .gate
-            .remove(code, order, Removal::Release, customer)
+            .remove(Place::of(code, campaign), order, Removal::Release, customer)
             .await
         {
             // Postgres released it; the gate keeps the use until the reconciler returns it.

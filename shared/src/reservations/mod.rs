@@ -30,8 +30,9 @@ use crate::errors::{
     ReleaseError, ReserveError, StoreError, ValidateError, WarmupError,
 };
 use crate::events::Transport;
-use crate::gate::Gate;
+use crate::gate::{Gate, Place};
 use crate::store::{Store, VoucherKind};
+pub use campaigns::campaign_meta;
 use flash::Flash;
 use group_commit::GroupCommit;
 pub use warmup::{Warmed, Warmup};
@@ -167,7 +168,7 @@ impl Reservations {
                 let at_gate = self
                     .gate
                     .validate(
-                        &v.code,
+                        Place::of(&v.code, kind.flash_campaign()),
                         v.customer_id,
                         v.order_amount,
                         now.timestamp_millis(),
@@ -212,7 +213,7 @@ impl Reservations {
         match self.kind(&r.code).await? {
             None => Err(ReserveError::VoucherNotFound),
             Some(kind) if !kind.flash_sale => self.writes.reserve(r, now).await,
-            Some(_) => self.flash.reserve(r, now).await,
+            Some(kind) => self.flash.reserve(r, kind.flash_campaign(), now).await,
         }
     }
 
@@ -273,7 +274,8 @@ impl Reservations {
                 None => return Err(ReleaseError::NotFound),
             },
         };
-        self.flash.released(code, order_id, &merged).await;
+        let campaign = self.kind(code).await?.and_then(|k| k.flash_campaign());
+        self.flash.released(code, campaign, order_id, &merged).await;
         Ok(())
     }
 

@@ -34,9 +34,9 @@ use crate::telemetry::Chain;
 
 /// The gate lock's life when a change holds it: far beyond the few round trips a change takes,
 /// so it expires only if its holder died.
-const LOCK_TTL: Duration = Duration::from_secs(10);
+pub(super) const LOCK_TTL: Duration = Duration::from_secs(10);
 /// How long a change waits for a loader or another change to let go of the lock.
-const LOCK_WAIT: Duration = Duration::from_secs(2);
+pub(super) const LOCK_WAIT: Duration = Duration::from_secs(2);
 /// A standard voucher's change is recomputed when another landed first, this many times.
 const ATTEMPTS: usize = 5;
 

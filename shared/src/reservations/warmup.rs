@@ -113,20 +113,23 @@ impl Warmup {
     /// the uses each code holds, read in one snapshot and written in one script. A sale that
     /// has ended is not loaded into a gate that does not hold it.
     ///
-    /// Mode B is not built for campaigns yet (`flashSale` campaigns are refused): a campaign's
-    /// events are keyed by code, spread over partitions whose lag this does not read, so a
-    /// campaign the gate held before and lost is not loaded again here (EventsInFlight).
+    /// Mode B is not built for campaigns' gates: a campaign's events would be keyed by code,
+    /// spread over partitions whose lag this does not read, so a campaign the gate held and lost
+    /// could not be loaded again safely. In mode B, Postgres decides a flash campaign's codes
+    /// and nothing is loaded.
     async fn load_campaign(&self, id: i64) -> Result<bool, WarmupError> {
         let source = self
             .store
-            .campaign_gate_source(id)
+            .campaign_gate_source(id, true)
             .await?
             .ok_or(WarmupError::NotFound)?;
         if !source.flash_sale {
             return Err(WarmupError::NotFlashSale);
         }
-        if source.gate_loaded && self.events.is_some() {
-            return Err(WarmupError::EventsInFlight);
+        if self.events.is_some() {
+            // Mode B: Postgres decides a campaign's codes for now (`Flash::decide`); a gate
+            // copy would only drift from it.
+            return Ok(false);
         }
         if !source.gate_loaded {
             if source.ends_at <= Utc::now() {
@@ -134,17 +137,7 @@ impl Warmup {
             }
             self.store.mark_campaign_gate_loaded(id).await?;
         }
-        let meta = GateMeta {
-            discount: source.discount,
-            min_order: source.min_order_amount,
-            starts_ms: source.starts_at.timestamp_millis(),
-            ends_ms: source.ends_at.timestamp_millis(),
-            // No per-user limit over the campaign: none the gate can reach.
-            per_user: source.per_user_limit.map_or(i64::MAX, i64::from),
-            ttl_ms: i64::from(source.reservation_ttl_seconds) * 1000,
-            active: source.active,
-            version: source.version,
-        };
+        let meta = super::campaigns::campaign_meta(&source, source.version);
         let mut uses = source.codes;
         uses.extend(
             source

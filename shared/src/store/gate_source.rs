@@ -163,9 +163,13 @@ impl Store {
     /// campaign. The codes holding uses are found through the campaign's codes (the
     /// `voucher_by_campaign` index), a walk as long as the campaign has codes, done once per
     /// load: before its sale, or after Redis lost it.
+    ///
+    /// Without `with_holders`, the customers and codes are left out (a change of the campaign,
+    /// the reconciler): no walk.
     pub async fn campaign_gate_source(
         &self,
         id: i64,
+        with_holders: bool,
     ) -> Result<Option<CampaignGateSource>, StoreError> {
         timed(Dependency::Postgres, "campaign_gate_source", async {
             let rows = self
@@ -175,7 +179,7 @@ impl Store {
                     "WITH held AS MATERIALIZED (
                        SELECT v.code, s.used
                          FROM voucher v JOIN voucher_slot s ON s.voucher_code = v.code
-                        WHERE v.campaign_id = $1 AND s.used > 0),
+                        WHERE $2 AND v.campaign_id = $1 AND s.used > 0),
                      holders AS MATERIALIZED (
                        SELECT c.voucher_code, c.customer_id, c.active
                          FROM held h JOIN voucher_customer c ON c.voucher_code = h.code
@@ -188,10 +192,10 @@ impl Store {
                               AS remaining,
                             k.budget_amount - k.budget_used AS budget_left,
                             ARRAY(SELECT c.customer_id FROM campaign_customer c
-                                   WHERE c.campaign_id = g.id AND c.active > 0
+                                   WHERE $2 AND c.campaign_id = g.id AND c.active > 0
                                    ORDER BY c.customer_id) AS customers,
                             ARRAY(SELECT c.active FROM campaign_customer c
-                                   WHERE c.campaign_id = g.id AND c.active > 0
+                                   WHERE $2 AND c.campaign_id = g.id AND c.active > 0
                                    ORDER BY c.customer_id) AS actives,
                             ARRAY(SELECT h.code FROM held h ORDER BY h.code) AS codes,
                             ARRAY(SELECT h.used::bigint FROM held h ORDER BY h.code) AS code_used,
@@ -203,7 +207,7 @@ impl Store {
                                    ORDER BY h.voucher_code, h.customer_id) AS holder_uses
                        FROM campaign g JOIN campaign_counter k ON k.campaign_id = g.id
                       WHERE g.id = $1",
-                    &[(&id, Type::INT8)],
+                    &[(&id, Type::INT8), (&with_holders, Type::BOOL)],
                 )
                 .await?;
             let Some(row) = rows.first() else {

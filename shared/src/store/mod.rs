@@ -40,7 +40,7 @@ pub use merge::{
     is_undefined_table, is_unknown_voucher, never_passes, Merge, MergeOutcome, Merged, RowFacts,
     MERGE_BATCH_MAX,
 };
-pub use sweeps::{Expired, LiveFlashVoucher};
+pub use sweeps::{Expired, LiveFlashCampaign, LiveFlashVoucher};
 pub use vouchers::{Grants, PatchOutcome, VoucherKind, VoucherState};
 
 use crate::config::DatabaseCredentials;

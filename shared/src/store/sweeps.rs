@@ -19,12 +19,23 @@ pub struct Expired {
     pub customer_id: i64,
     /// Its use goes back to the gate too.
     pub flash_sale: bool,
+    /// A flash-sale campaign's code: the use goes back to the campaign's gate.
+    pub campaign: Option<i64>,
 }
 
 /// A flash voucher the gate may hold.
 #[derive(Debug, Clone)]
 pub struct LiveFlashVoucher {
     pub code: VoucherCode,
+    pub ttl_ms: i64,
+    /// Its sale ended at least the retirement delay ago.
+    pub retire: bool,
+}
+
+/// A flash-sale campaign the gate may hold.
+#[derive(Debug, Clone)]
+pub struct LiveFlashCampaign {
+    pub id: i64,
     pub ttl_ms: i64,
     /// Its sale ended at least the retirement delay ago.
     pub retire: bool,
@@ -68,7 +79,17 @@ impl Store {
                 .client()
                 .await?
                 .query_typed(
-                    "SELECT voucher_code, order_id, customer_id, flash_sale FROM fg_expire($1, $2)",
+                    // A flash campaign's code row says flash_sale = false: its campaign says
+                    // it. Each read by key, in scalar subqueries: no join for the planner to
+                    // turn into a walk of the campaigns' codes' partial index (see V18).
+                    "SELECT e.voucher_code, e.order_id, e.customer_id,
+                            e.flash_sale OR f.campaign IS NOT NULL AS flash_sale, f.campaign
+                       FROM fg_expire($1, $2) e,
+                            LATERAL (SELECT (SELECT g.id FROM campaign g
+                                              WHERE g.flash_sale
+                                                AND g.id = (SELECT v.campaign_id FROM voucher v
+                                                             WHERE v.code = e.voucher_code))
+                                              AS campaign) f",
                     &[(&now, Type::TIMESTAMPTZ), (&limit, Type::INT4)],
                 )
                 .await?;
@@ -79,6 +100,7 @@ impl Store {
                     order_id: r.get("order_id"),
                     customer_id: r.get("customer_id"),
                     flash_sale: r.get("flash_sale"),
+                    campaign: r.get("campaign"),
                 })
                 .collect())
         })
@@ -156,6 +178,100 @@ impl Store {
                 )
                 .await?;
             Ok(rows.iter().map(|r| stored_code(r.get(0))).collect())
+        })
+        .await
+    }
+
+    /// The flash-sale campaigns the gate may hold (`campaign.gate_loaded`, an index of them
+    /// alone), with whether each is due for retirement at `now`.
+    pub async fn gate_campaigns(
+        &self,
+        now: DateTime<Utc>,
+        retire_after: Duration,
+    ) -> Result<Vec<LiveFlashCampaign>, StoreError> {
+        timed(Dependency::Postgres, "gate_campaigns", async {
+            let after = retire_after.as_secs_f64();
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT id, reservation_ttl_seconds,
+                            ends_at + make_interval(secs => $2) <= $1 AS retire
+                       FROM campaign WHERE gate_loaded ORDER BY id",
+                    &[(&now, Type::TIMESTAMPTZ), (&after, Type::FLOAT8)],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| LiveFlashCampaign {
+                    id: r.get(0),
+                    ttl_ms: i64::from(r.get::<_, i32>(1)) * 1000,
+                    retire: r.get(2),
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// Flash-sale campaigns whose sale is open at `now` or starts within `lead` of it.
+    pub async fn flash_campaigns_starting(
+        &self,
+        now: DateTime<Utc>,
+        lead: Duration,
+    ) -> Result<Vec<i64>, StoreError> {
+        timed(Dependency::Postgres, "flash_campaigns_starting", async {
+            let lead = lead.as_secs_f64();
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT id FROM campaign
+                      WHERE flash_sale AND starts_at <= $1 + make_interval(secs => $2)
+                        AND ends_at > $1
+                      ORDER BY id",
+                    &[(&now, Type::TIMESTAMPTZ), (&lead, Type::FLOAT8)],
+                )
+                .await?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+        .await
+    }
+
+    /// The campaign is no longer held by the gate (retired, or lost long ago).
+    pub async fn unmark_campaign_gate_loaded(&self, id: i64) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .query_typed(
+                "UPDATE campaign SET gate_loaded = false WHERE id = $1 AND gate_loaded",
+                &[(&id, Type::INT8)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Which of the orders `(code, orderId)` Postgres has a row for, and which of those it has
+    /// released: a campaign's pending and held orders span its codes.
+    pub async fn orders_among(
+        &self,
+        orders: &[(&str, &str)],
+    ) -> Result<Vec<(String, String, bool)>, StoreError> {
+        let codes: Vec<&str> = orders.iter().map(|(c, _)| *c).collect();
+        let ids: Vec<&str> = orders.iter().map(|(_, o)| *o).collect();
+        timed(Dependency::Postgres, "orders_among", async {
+            let rows = self
+                .client()
+                .await?
+                .query_typed(
+                    "SELECT r.voucher_code, r.order_id, r.status = 3
+                       FROM unnest($1::text[], $2::text[]) AS o(code, id)
+                       JOIN redemption r ON r.voucher_code = o.code AND r.order_id = o.id",
+                    &[(&codes, Type::TEXT_ARRAY), (&ids, Type::TEXT_ARRAY)],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect())
         })
         .await
     }

@@ -23,6 +23,14 @@ pub struct VoucherKind {
     pub campaign_id: Option<i64>,
 }
 
+impl VoucherKind {
+    /// The flash-sale campaign whose gate decides this code (None: a voucher, or a standard
+    /// campaign's code).
+    pub fn flash_campaign(&self) -> Option<i64> {
+        self.campaign_id.filter(|_| self.flash_sale)
+    }
+}
+
 /// A voucher as a change to it starts from: its rules and the version they are at.
 #[derive(Debug, Clone)]
 pub struct VoucherState {
@@ -446,7 +454,12 @@ impl Store {
                 .client()
                 .await?
                 .query_typed(
-                    "SELECT flash_sale, campaign_id FROM voucher WHERE code = $1",
+                    // A flash-sale campaign's codes are flash-sale: their rows say not (they
+                    // are none of the per-voucher sweeps' business), their campaign says so.
+                    "SELECT v.flash_sale OR COALESCE((SELECT g.flash_sale FROM campaign g
+                                                       WHERE g.id = v.campaign_id), false),
+                            v.campaign_id
+                       FROM voucher v WHERE v.code = $1",
                     &[(&code.as_str(), Type::TEXT)],
                 )
                 .await?;

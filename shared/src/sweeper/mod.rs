@@ -38,7 +38,7 @@ use crate::config::SweepSettings;
 use crate::domain;
 use crate::domain::VoucherCode;
 use crate::errors::SweepError;
-use crate::gate::{Gate, GateError, Removal, Retired};
+use crate::gate::{Gate, GateError, Place, Removal, Retired, Unit};
 use crate::reservations::Warmup;
 use crate::store::Store;
 use crate::telemetry::metrics::{SWEEP_DURATION, SWEEP_ITEMS};
@@ -156,12 +156,13 @@ impl Sweeper {
             }
             if let Some(in_flight) = self.orphans(code, voucher.ttl_ms, now, &mut report).await? {
                 let drift = report.drift_found;
-                self.reconcile(code, in_flight, &mut report).await?;
+                self.reconcile(code.into(), in_flight, &mut report).await?;
                 if voucher.retire && in_flight == 0 && report.drift_found == drift {
                     self.retire(code, now, &mut report).await?;
                 }
             }
         }
+        self.sweep_campaigns(now, &mut report).await?;
         self.warm_up_soon(now, &mut report).await?;
         report.rules_forgotten = match self
             .store
@@ -203,7 +204,12 @@ impl Sweeper {
             for e in expired.iter().filter(|e| e.flash_sale) {
                 let removed = self
                     .gate
-                    .remove(&e.code, &e.order_id, Removal::Release, Some(e.customer_id))
+                    .remove(
+                        Place::of(&e.code, e.campaign),
+                        &e.order_id,
+                        Removal::Release,
+                        Some(e.customer_id),
+                    )
                     .await;
                 report.gate_ok(removed);
             }
@@ -237,6 +243,66 @@ impl Sweeper {
         Ok(())
     }
 
+    /// The flash-sale campaigns the gate may hold, each as one unit, as the vouchers above:
+    /// pending orders settled or recovered, the counters compared and repaired, the gate
+    /// retired after the sale.
+    async fn sweep_campaigns(
+        &self,
+        now: DateTime<Utc>,
+        report: &mut SweepReport,
+    ) -> Result<(), SweepError> {
+        for campaign in self.store.gate_campaigns(now, self.retire_after).await? {
+            let unit = Unit::Campaign(campaign.id);
+            let Some(loaded) = report.gate_ok(self.gate.is_loaded(unit).await) else {
+                continue;
+            };
+            if !loaded {
+                if campaign.retire {
+                    self.store.unmark_campaign_gate_loaded(campaign.id).await?;
+                    report.retired += 1;
+                }
+                continue;
+            }
+            let orphans = self
+                .campaign_orphans(campaign.id, campaign.ttl_ms, now, report)
+                .await?;
+            if let Some(in_flight) = orphans {
+                let drift = report.drift_found;
+                self.reconcile(unit, in_flight, report).await?;
+                if campaign.retire && in_flight == 0 && report.drift_found == drift {
+                    self.retire_campaign(campaign.id, now, report).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// As [`Sweeper::retire`], for a campaign's gate.
+    async fn retire_campaign(
+        &self,
+        id: i64,
+        now: DateTime<Utc>,
+        report: &mut SweepReport,
+    ) -> Result<(), SweepError> {
+        self.store.unmark_campaign_gate_loaded(id).await?;
+        let retired = self
+            .gate
+            .retire(
+                Unit::Campaign(id),
+                now.timestamp_millis(),
+                self.retire_after,
+            )
+            .await;
+        match report.gate_ok(retired) {
+            Some(Retired::Retired) => {
+                report.retired += 1;
+                tracing::info!(campaign = id, "campaign retired from the gate");
+            }
+            _ => self.store.mark_campaign_gate_loaded(id).await?,
+        }
+        Ok(())
+    }
+
     async fn warm_up_soon(
         &self,
         now: DateTime<Utc>,
@@ -252,6 +318,20 @@ impl Sweeper {
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(code = code.as_str(), error = %Chain(&e), "sweep: warm-up failed");
+                    report.gate_errors += 1;
+                }
+            }
+        }
+        let due = self
+            .store
+            .flash_campaigns_starting(now, self.warmup.lead())
+            .await?;
+        for id in due {
+            match self.warmup.warm_campaign(id).await {
+                Ok(true) => report.warmed += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(campaign = id, error = %Chain(&e), "sweep: warm-up failed");
                     report.gate_errors += 1;
                 }
             }

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use super::{SweepReport, Sweeper};
 use crate::domain::{ReleaseReason, Status, VoucherCode};
 use crate::errors::SweepError;
-use crate::gate::{OrderEntry, Removal};
+use crate::gate::{OrderEntry, Place, Removal, Unit};
 use crate::store::{Merge, MergeOutcome};
 
 impl Sweeper {
@@ -36,7 +36,54 @@ impl Sweeper {
                 // Postgres has it; the clean-up after the write was lost.
                 report.gate_ok(self.gate.settled(code, order).await);
             } else if *reserved_ms < cutoff {
-                if self.recover(code, order, now, report).await? {
+                if self.recover(code.into(), order, now, report).await? {
+                    report.orphans_recovered += 1;
+                }
+            } else {
+                in_flight += 1;
+            }
+        }
+        Ok(Some(in_flight + unread))
+    }
+
+    /// A flash-sale campaign's pending orders (`CODE|orderId`, over all its codes), resolved
+    /// as a voucher's are: the same bound a run, one Postgres query for the step.
+    pub(super) async fn campaign_orphans(
+        &self,
+        id: i64,
+        ttl_ms: i64,
+        now: DateTime<Utc>,
+        report: &mut SweepReport,
+    ) -> Result<Option<u64>, SweepError> {
+        let unit = Unit::Campaign(id);
+        let Some((pending, all)) = report.gate_ok(self.gate.pending(unit).await) else {
+            return Ok(None);
+        };
+        if pending.is_empty() {
+            return Ok(Some(0));
+        }
+        let unread = (all - pending.len()) as u64;
+        // A field that does not split, or names no valid code, is no order of the service's.
+        let orders: Vec<(VoucherCode, &str, i64)> = pending
+            .iter()
+            .filter_map(|(field, ms)| {
+                let (code, order) = field.split_once('|')?;
+                Some((VoucherCode::parse(code).ok()?, order, *ms))
+            })
+            .collect();
+        let pairs: Vec<(&str, &str)> = orders.iter().map(|(c, o, _)| (c.as_str(), *o)).collect();
+        let known = self.store.orders_among(&pairs).await?;
+        let cutoff = now.timestamp_millis() - ttl_ms - self.orphan_grace.as_millis() as i64;
+        let mut in_flight = 0;
+        for (code, order, reserved_ms) in &orders {
+            let place = Place::in_campaign(id, code);
+            if known
+                .iter()
+                .any(|(c, o, _)| c == code.as_str() && o == order)
+            {
+                report.gate_ok(self.gate.settled(place, order).await);
+            } else if *reserved_ms < cutoff {
+                if self.recover(place, order, now, report).await? {
                     report.orphans_recovered += 1;
                 }
             } else {
@@ -50,12 +97,13 @@ impl Sweeper {
     /// the gate.
     async fn recover(
         &self,
-        code: &VoucherCode,
+        place: Place<'_>,
         order: &str,
         now: DateTime<Utc>,
         report: &mut SweepReport,
     ) -> Result<bool, SweepError> {
-        let Some(entry) = report.gate_ok(self.gate.order(code, order).await) else {
+        let code = place.code;
+        let Some(entry) = report.gate_ok(self.gate.order(place, order).await) else {
             return Ok(false);
         };
         let Some(OrderEntry::Active {
@@ -63,7 +111,7 @@ impl Sweeper {
         }) = entry
         else {
             // Already a tombstone (or gone): only the pending mark is left.
-            report.gate_ok(self.gate.settled(code, order).await);
+            report.gate_ok(self.gate.settled(place, order).await);
             return Ok(false);
         };
         let merge = Merge::held(code, order, held, order_amount, Status::Released)
@@ -79,7 +127,7 @@ impl Sweeper {
         }
         let removed = self
             .gate
-            .remove(code, order, Removal::Release, Some(held.customer_id))
+            .remove(place, order, Removal::Release, Some(held.customer_id))
             .await;
         report.gate_ok(removed);
         tracing::warn!(code = code.as_str(), order_id = order, "orphan recovered");

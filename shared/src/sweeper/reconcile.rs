@@ -11,7 +11,8 @@ use std::time::Duration;
 use super::{SweepReport, Sweeper};
 use crate::domain::VoucherCode;
 use crate::errors::SweepError;
-use crate::gate::{GateCounts, GateMeta, Removal, Removed};
+use crate::gate::{GateCounts, GateMeta, Place, Removal, Removed, Unit};
+use crate::reservations::campaign_meta;
 use crate::telemetry::metrics::VOUCHER_REMAINING;
 
 /// What the reconciler read: the gate's counters, then (after, in one Postgres snapshot)
@@ -27,36 +28,33 @@ struct Reading {
 
 impl Sweeper {
     /// Brings the gate's rules to Postgres', then compares the gate's `remaining` with
-    /// `total_limit - uses held - in_flight`.
+    /// `total_limit - uses held - in_flight`: a voucher's, or a flash-sale campaign's (its
+    /// total, or what its codes' limits allow, less the uses held).
     pub(super) async fn reconcile(
         &self,
-        code: &VoucherCode,
+        unit: Unit<'_>,
         in_flight: u64,
         report: &mut SweepReport,
     ) -> Result<(), SweepError> {
-        // A change of the voucher whose last gate step failed left the gate stricter than
-        // Postgres. `sync.lua` writes only what is not older than the gate's, and never while a
-        // change or a loader holds the gate lock.
-        if let Some(source) = self.store.gate_source(code, false).await? {
-            let meta = GateMeta::of(
-                &source.rules,
-                source.reservation_ttl_seconds,
-                source.version,
-            );
-            if report.gate_ok(self.gate.sync_meta(code, &meta).await) == Some(true) {
+        let name = unit_name(unit);
+        // A change whose last gate step failed left the gate stricter than Postgres.
+        // `sync.lua` writes only what is not older than the gate's, and never while a change
+        // or a loader holds the gate lock.
+        if let Some(meta) = self.rules(unit).await? {
+            if report.gate_ok(self.gate.sync_meta(unit, &meta).await) == Some(true) {
                 report.rules_synced += 1;
                 tracing::warn!(
-                    code = code.as_str(),
-                    version = source.version,
+                    code = name,
+                    version = meta.version,
                     "gate rules brought to the database's"
                 );
             }
         }
 
-        let Some(reading) = self.read(code).await? else {
+        let Some(reading) = self.read(unit).await? else {
             return Ok(());
         };
-        metrics::gauge!(VOUCHER_REMAINING, "code" => code.as_str().to_owned())
+        metrics::gauge!(VOUCHER_REMAINING, "code" => name.clone())
             .set(reading.gate.remaining as f64);
         let expected = reading.expected - in_flight as i64;
         // The discounts of the events in flight are not known here: the money is compared only
@@ -67,7 +65,7 @@ impl Sweeper {
         }
         report.drift_found += 1;
         tracing::warn!(
-            code = code.as_str(),
+            code = name,
             gate = reading.gate.remaining,
             expected,
             drift = reading.gate.remaining - expected,
@@ -83,7 +81,7 @@ impl Sweeper {
         // before Postgres does (and `in_flight` was read before the counts): what looks like
         // drift there is a reserve on its way, and must neither be repaired nor start a walk
         // through the orders.
-        if !self.holds_still(code, &reading).await? {
+        if !self.holds_still(unit, &reading).await? {
             return Ok(());
         }
         // Fewer uses left in the gate than in Postgres: the gate may hold an order that
@@ -96,11 +94,11 @@ impl Sweeper {
             (Some(gate), Some(expected)) if gate < expected
         );
         if reading.gate.remaining < expected || budget_short {
-            if self.finish_releases(code, report).await? {
+            if self.finish_releases(unit, report).await? {
                 return Ok(());
             }
             // The walk took time: the figures must still be those read.
-            if !self.holds_still(code, &reading).await? {
+            if !self.holds_still(unit, &reading).await? {
                 return Ok(());
             }
         }
@@ -109,7 +107,7 @@ impl Sweeper {
         let repaired = self
             .gate
             .repair_remaining(
-                code,
+                unit,
                 reading.gate,
                 reading.expected,
                 reading.expected_budget,
@@ -119,7 +117,7 @@ impl Sweeper {
         if report.gate_ok(repaired) == Some(true) {
             report.drift_repaired += 1;
             tracing::warn!(
-                code = code.as_str(),
+                code = name,
                 from = reading.gate.remaining,
                 to = reading.expected,
                 budget = ?reading.expected_budget,
@@ -130,9 +128,58 @@ impl Sweeper {
     }
 
     /// Whether the figures read a moment later are still `reading`.
-    async fn holds_still(&self, code: &VoucherCode, reading: &Reading) -> Result<bool, SweepError> {
+    async fn holds_still(&self, unit: Unit<'_>, reading: &Reading) -> Result<bool, SweepError> {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        Ok(self.read(code).await?.as_ref() == Some(reading))
+        Ok(self.read(unit).await?.as_ref() == Some(reading))
+    }
+
+    /// The rules the gate should hold, as Postgres has them now (None: no such voucher or
+    /// campaign).
+    async fn rules(&self, unit: Unit<'_>) -> Result<Option<GateMeta>, SweepError> {
+        Ok(match unit {
+            Unit::Voucher(code) => self.store.gate_source(code, false).await?.map(|source| {
+                GateMeta::of(
+                    &source.rules,
+                    source.reservation_ttl_seconds,
+                    source.version,
+                )
+            }),
+            Unit::Campaign(id) => self
+                .store
+                .campaign_gate_source(id, false)
+                .await?
+                .map(|source| campaign_meta(&source, source.version)),
+        })
+    }
+
+    /// Which of the gate's held orders (its `orders` fields) Postgres has released, with the
+    /// place each is decided in. None: the voucher or campaign is gone.
+    async fn released<'a>(
+        &self,
+        unit: Unit<'a>,
+        fields: &[&'a str],
+    ) -> Result<Option<Vec<(String, String)>>, SweepError> {
+        Ok(match unit {
+            Unit::Voucher(code) => self.store.released_among(code, fields).await?.map(|check| {
+                check
+                    .released
+                    .into_iter()
+                    .map(|order| (code.as_str().to_owned(), order))
+                    .collect()
+            }),
+            Unit::Campaign(_) => {
+                let orders: Vec<(&str, &str)> =
+                    fields.iter().filter_map(|f| f.split_once('|')).collect();
+                let found = self.store.orders_among(&orders).await?;
+                Some(
+                    found
+                        .into_iter()
+                        .filter(|(_, _, released)| *released)
+                        .map(|(code, order, _)| (code, order))
+                        .collect(),
+                )
+            }
+        })
     }
 
     /// Walks the voucher's orders in bounded steps and finishes in the gate every release
@@ -141,33 +188,42 @@ impl Sweeper {
     /// could not look everywhere (a gate call failed): no repair then.
     async fn finish_releases(
         &self,
-        code: &VoucherCode,
+        unit: Unit<'_>,
         report: &mut SweepReport,
     ) -> Result<bool, SweepError> {
         let mut cursor = 0;
         let mut finished = false;
         loop {
-            let Some(step) = report.gate_ok(self.gate.scan_actives(code, cursor).await) else {
+            let Some(step) = report.gate_ok(self.gate.scan_actives(unit, cursor).await) else {
                 return Ok(true);
             };
             if !step.actives.is_empty() {
-                let orders: Vec<&str> = step.actives.iter().map(|(o, _)| o.as_str()).collect();
-                let released = match self.store.released_among(code, &orders).await? {
-                    Some(check) => check.released,
-                    None => return Ok(true),
+                let fields: Vec<&str> = step.actives.iter().map(|(o, _)| o.as_str()).collect();
+                let Some(released) = self.released(unit, &fields).await? else {
+                    return Ok(true);
                 };
-                for (order, customer) in &step.actives {
-                    if !released.contains(order) {
+                for (code, order) in &released {
+                    let Ok(code) = VoucherCode::parse(code) else {
                         continue;
-                    }
+                    };
+                    let place = match unit {
+                        Unit::Voucher(_) => Place::from(&code),
+                        Unit::Campaign(id) => Place::in_campaign(id, &code),
+                    };
+                    let field = place.field(order);
+                    let customer = step
+                        .actives
+                        .iter()
+                        .find(|(f, _)| *f == field)
+                        .map(|(_, c)| *c);
                     let removed = self
                         .gate
-                        .remove(code, order, Removal::Release, Some(*customer))
+                        .remove(place, order, Removal::Release, customer)
                         .await;
                     match report.gate_ok(removed) {
                         Some(Removed::Released) => {
                             report.releases_finished += 1;
-                            tracing::warn!(code = code.as_str(), order_id = %order, "gate release finished");
+                            tracing::warn!(code = unit_name(unit), order_id = %order, "gate release finished");
                         }
                         Some(_) => {}
                         None => return Ok(true),
@@ -182,22 +238,43 @@ impl Sweeper {
         }
     }
 
-    /// The gate first, then Postgres (None: either does not have the voucher). In this order, a
-    /// release that reached Postgres before the second read counts as given back there and
-    /// still held in the gate (the gate looks stricter, and the walk finds it), and one that
-    /// reaches it after is counted as held in both: either way its use is counted once.
-    async fn read(&self, code: &VoucherCode) -> Result<Option<Reading>, SweepError> {
-        let Some(gate) = self.gate.counts(code).await? else {
+    /// The gate first, then Postgres (None: either does not have the voucher or campaign).
+    /// In this order, a release that reached Postgres before the second read counts as given
+    /// back there and still held in the gate (the gate looks stricter, and the walk finds it),
+    /// and one that reaches it after is counted as held in both: either way its use is
+    /// counted once.
+    async fn read(&self, unit: Unit<'_>) -> Result<Option<Reading>, SweepError> {
+        let Some(gate) = self.gate.counts(unit).await? else {
             return Ok(None);
         };
-        let Some(check) = self.store.released_among(code, &[]).await? else {
-            return Ok(None);
+        let expected = match unit {
+            Unit::Voucher(code) => self
+                .store
+                .released_among(code, &[])
+                .await?
+                .map(|check| (check.remaining, check.budget_left, check.version)),
+            Unit::Campaign(id) => self
+                .store
+                .campaign_gate_source(id, false)
+                .await?
+                .map(|source| (source.remaining, source.budget_left, source.version)),
         };
-        Ok(Some(Reading {
-            gate,
-            expected: check.remaining,
-            expected_budget: check.budget_left,
-            version: check.version,
-        }))
+        Ok(
+            expected.map(|(expected, expected_budget, version)| Reading {
+                gate,
+                expected,
+                expected_budget,
+                version,
+            }),
+        )
+    }
+}
+
+/// A gate unit's name in logs and the remaining-uses gauge: the voucher's code, or
+/// `campaign:ID`.
+fn unit_name(unit: Unit<'_>) -> String {
+    match unit {
+        Unit::Voucher(code) => code.as_str().to_owned(),
+        Unit::Campaign(id) => format!("campaign:{id}"),
     }
 }

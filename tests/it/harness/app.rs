@@ -375,13 +375,9 @@ impl TestApp {
         format!("{}/{}", postgres_base(), self.db_name)
     }
 
-    /// A connection to this test's database, for what no route does (a test's own SQL).
-    pub async fn db(&self) -> tokio_postgres::Client {
-        let (client, conn) = tokio_postgres::connect(&self.database_url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        client
+    /// Vouchers and campaigns this test creates are flash-sale ones.
+    pub fn is_flash(&self) -> bool {
+        self.flash
     }
 
     /// The application role the server logs in as ([`TestAppBuilder::with_app_role`]).
