@@ -535,6 +535,13 @@ async fn a_flash_campaigns_gate_is_changed_swept_and_retired() {
         (c.remaining, c.budget)
     };
     assert_eq!(counts().await, (5, Some(5_000)), "loaded at creation");
+    // An operator's warm-up of any of its codes answers for the campaign's gate.
+    let (status, warmed) = app.warmup("SWC").await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{warmed}");
+    assert_eq!(
+        (&warmed["loadedNow"], &warmed["remaining"]),
+        (&serde_json::json!(false), &serde_json::json!(5))
+    );
 
     // Paused: the gate refuses at once; resumed, it grants again.
     let (status, body) = app

@@ -72,7 +72,8 @@ impl Reservations {
             .campaign_gate_source(id, false)
             .await?
             .ok_or(CampaignError::NotFound(id))?;
-        if !state.flash_sale {
+        // Mode B: Postgres decides a flash campaign's codes for now, and no gate holds it.
+        if !state.flash_sale || self.flash.mode_b() {
             return self.store.patch_campaign(id, patch).await;
         }
         let unit = Unit::Campaign(id);

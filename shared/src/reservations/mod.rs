@@ -30,7 +30,7 @@ use crate::errors::{
     ReleaseError, ReserveError, StoreError, ValidateError, WarmupError,
 };
 use crate::events::Transport;
-use crate::gate::{Gate, Place};
+use crate::gate::{Gate, Place, Unit};
 use crate::store::{Store, VoucherKind};
 pub use campaigns::campaign_meta;
 use flash::Flash;
@@ -256,6 +256,9 @@ impl Reservations {
         code: &VoucherCode,
         order_id: &OrderId,
     ) -> Result<(), ReleaseError> {
+        // Read before anything is written (it is cached): a release Postgres took must not
+        // answer an error for want of it.
+        let campaign = self.kind(code).await?.and_then(|k| k.flash_campaign());
         let merged = match self.store.release(code, order_id).await? {
             Some(merged) => merged,
             // Mode B: released before its reserved event landed.
@@ -274,13 +277,21 @@ impl Reservations {
                 None => return Err(ReleaseError::NotFound),
             },
         };
-        let campaign = self.kind(code).await?.and_then(|k| k.flash_campaign());
         self.flash.released(code, campaign, order_id, &merged).await;
         Ok(())
     }
 
-    /// Loads a flash voucher into the gate unless it is loaded (see [`Warmup::warm`]).
+    /// Loads a flash voucher into the gate unless it is loaded (see [`Warmup::warm`]); a flash
+    /// campaign's code loads its campaign's gate, shared by all its codes.
     pub async fn warm(&self, code: &VoucherCode) -> Result<Warmed, WarmupError> {
-        self.warmup.warm(code).await
+        let Some(id) = self.kind(code).await?.and_then(|k| k.flash_campaign()) else {
+            return self.warmup.warm(code).await;
+        };
+        let loaded_now = self.warmup.warm_campaign(id).await?;
+        Ok(Warmed {
+            code: code.as_str().to_owned(),
+            loaded_now,
+            remaining: self.gate.remaining(Unit::Campaign(id)).await?,
+        })
     }
 }

@@ -118,12 +118,13 @@ impl Warmup {
     /// could not be loaded again safely. In mode B, Postgres decides a flash campaign's codes
     /// and nothing is loaded.
     async fn load_campaign(&self, id: i64) -> Result<bool, WarmupError> {
-        let source = self
+        // The cheap checks first, without the walk of the codes.
+        let state = self
             .store
-            .campaign_gate_source(id, true)
+            .campaign_gate_source(id, false)
             .await?
             .ok_or(WarmupError::NotFound)?;
-        if !source.flash_sale {
+        if !state.flash_sale {
             return Err(WarmupError::NotFlashSale);
         }
         if self.events.is_some() {
@@ -131,12 +132,18 @@ impl Warmup {
             // copy would only drift from it.
             return Ok(false);
         }
-        if !source.gate_loaded {
-            if source.ends_at <= Utc::now() {
+        if !state.gate_loaded {
+            if state.ends_at <= Utc::now() {
                 return Ok(false);
             }
             self.store.mark_campaign_gate_loaded(id).await?;
         }
+        // What is loaded is read in one snapshot of its own, after the mark.
+        let source = self
+            .store
+            .campaign_gate_source(id, true)
+            .await?
+            .ok_or(WarmupError::NotFound)?;
         let meta = super::campaigns::campaign_meta(&source, source.version);
         let mut uses = source.codes;
         uses.extend(
