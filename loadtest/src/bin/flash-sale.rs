@@ -15,9 +15,10 @@
 //! endpoint and Kafka broker given) and offers the same load to `GET /health/live` (the HTTP
 //! ceiling), a standard voucher, a flash voucher in mode A, in each mode B, and a sold-out flash
 //! voucher. For mode B it also reports the events still to land when the sale ends and how fast
-//! the consumer drains them. With `--campaign-codes N` it adds a standard campaign of N
-//! generated codes whose total is the voucher's uses: the same plan, but every new order takes
-//! a different code (a retry, or an orderId reused by another customer, keeps its original's).
+//! the consumer drains them. With `--campaign-codes N` it adds a standard and a flash campaign
+//! of N generated codes whose total is the voucher's uses: the same plan, but every new order
+//! takes a different code (a retry, or an orderId reused by another customer, keeps its
+//! original's).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -98,8 +99,8 @@ struct Args {
     /// With --compare: Redis for the in-process Flashgate.
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis: String,
-    /// With --compare: add a standard campaign of this many generated codes, total `--uses`,
-    /// every new order on a different code.
+    /// With --compare: add a standard and a flash campaign of this many generated codes, total
+    /// `--uses`, every new order on a different code.
     #[arg(long)]
     campaign_codes: Option<i64>,
 }
@@ -357,16 +358,18 @@ async fn settled_view(
     Ok(view)
 }
 
-/// Creates a standard campaign of `count` generated codes whose total is `args.uses`, and reads
-/// its codes back (the CSV download): its id and codes.
+/// Creates a campaign (standard, or `flash`-sale) of `count` generated codes whose total is
+/// `args.uses`, and reads its codes back (the CSV download): its id and codes.
 async fn create_campaign(
     http: &reqwest::Client,
     base: &str,
     args: &Args,
     count: i64,
+    flash: bool,
 ) -> anyhow::Result<(i64, Vec<String>)> {
     let mut body = sale_rules(args);
     body["codes"] = json!({ "count": count });
+    body["flashSale"] = json!(flash);
     let view = created(http, &format!("{base}/campaigns"), &body).await?;
     let id = view["id"].as_i64().context("campaign id")?;
     let csv = http
@@ -1005,9 +1008,13 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
         }
         phases.push(summary);
     }
-    if let Some(count) = args.campaign_codes {
-        let name = format!("standard campaign, {count} codes");
-        let (id, codes) = create_campaign(http, &a, args, count).await?;
+    for flash in [false, true] {
+        let Some(count) = args.campaign_codes else {
+            break;
+        };
+        let kind = if flash { "flash" } else { "standard" };
+        let name = format!("{kind} campaign, {count} codes");
+        let (id, codes) = create_campaign(http, &a, args, count, flash).await?;
         let answers = offer(
             http,
             reserve_requests(&a, &codes, &planned),
@@ -1025,7 +1032,8 @@ async fn compare(args: &Args, http: &reqwest::Client) -> anyhow::Result<()> {
             .await?;
         let used = view["usedCount"].as_i64().unwrap_or(-1);
         println!("{name}: {granted} granted, server usedCount {used}");
-        // Standard: every 201 is in Postgres before it is sent, so the two agree exactly.
+        // Standard and flash mode A: every 201 is in Postgres before it is sent, so the two
+        // agree exactly.
         if used != granted || used > args.uses {
             bail!(
                 "{name}: {granted} granted, {used} held, total {}",
