@@ -15,6 +15,16 @@ pub enum Unit<'a> {
     Campaign(i64),
 }
 
+/// In logs and the remaining-uses gauge: the voucher's code, or `campaign:ID`.
+impl std::fmt::Display for Unit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unit::Voucher(code) => f.write_str(code.as_str()),
+            Unit::Campaign(id) => write!(f, "campaign:{id}"),
+        }
+    }
+}
+
 impl<'a> From<&'a VoucherCode> for Unit<'a> {
     fn from(code: &'a VoucherCode) -> Unit<'a> {
         Unit::Voucher(code)
@@ -111,22 +121,17 @@ pub struct Keys {
 
 impl Keys {
     pub fn new(prefix: &str, code: &VoucherCode) -> Keys {
-        let key = |suffix: &str| format!("{prefix}voucher:{{{}}}:{suffix}", code.as_str());
-        Keys {
-            meta: key("meta"),
-            remaining: key("remaining"),
-            users: key("users"),
-            orders: key("orders"),
-            pending: key("pending"),
-            loading: key("loading"),
-            lost: key("lost"),
-            codes: None,
-        }
+        Keys::named(&format!("{prefix}voucher:{{{}}}:", code.as_str()), false)
     }
 
     /// The keys of a flash-sale campaign's gate, shared by its codes.
     pub fn campaign(prefix: &str, id: i64) -> Keys {
-        let key = |suffix: &str| format!("{prefix}campaign:{{campaign:{id}}}:{suffix}");
+        Keys::named(&format!("{prefix}campaign:{{campaign:{id}}}:"), true)
+    }
+
+    /// Every key is `start` and its name; `codes` only for a campaign.
+    fn named(start: &str, campaign: bool) -> Keys {
+        let key = |name: &str| format!("{start}{name}");
         Keys {
             meta: key("meta"),
             remaining: key("remaining"),
@@ -135,7 +140,7 @@ impl Keys {
             pending: key("pending"),
             loading: key("loading"),
             lost: key("lost"),
-            codes: Some(key("codes")),
+            codes: campaign.then(|| key("codes")),
         }
     }
 

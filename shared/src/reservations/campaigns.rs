@@ -3,11 +3,8 @@
 //! campaign's limits and budget are kept by Postgres with the codes' own (docs/ARCHITECTURE.md,
 //! "Campaigns").
 
-use std::time::{Duration, Instant};
-
 use futures::Stream;
 
-use super::patch::{LOCK_TTL, LOCK_WAIT};
 use super::Reservations;
 use crate::domain::{
     CampaignList, CampaignPatch, CampaignView, CodeItem, CodeList, Invalid, NewCampaign, Page,
@@ -67,30 +64,18 @@ impl Reservations {
         id: i64,
         patch: &CampaignPatch,
     ) -> Result<CampaignView, CampaignError> {
-        let state = self
-            .store
-            .campaign_gate_source(id, false)
-            .await?
-            .ok_or(CampaignError::NotFound(id))?;
+        let state = self.campaign_state(id).await?;
         // Mode B: Postgres decides a flash campaign's codes for now, and no gate holds it.
         if !state.flash_sale || self.flash.mode_b() {
             return self.store.patch_campaign(id, patch).await;
         }
         let unit = Unit::Campaign(id);
-        // Unique per call, so that only this call's lock is ever released by it.
-        let token = uuid::Uuid::new_v4().to_string();
-        let deadline = Instant::now() + LOCK_WAIT;
-        while !self.gate.try_lock_loading(unit, &token, LOCK_TTL).await? {
-            if Instant::now() > deadline {
-                return Err(CampaignError::Busy);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let token = self
+            .lock_for_change(unit)
+            .await?
+            .ok_or(CampaignError::Busy)?;
         let result = self.patch_flash_campaign(id, patch, &token).await;
-        if let Err(e) = self.gate.unlock_loading(unit, &token).await {
-            // It expires by itself within LOCK_TTL.
-            tracing::warn!(campaign = id, error = %Chain(&e), "gate lock not released");
-        }
+        self.unlock_after_change(unit, &token).await;
         result
     }
 
@@ -101,11 +86,7 @@ impl Reservations {
         token: &str,
     ) -> Result<CampaignView, CampaignError> {
         // Read under the lock: no other change of this campaign runs now.
-        let state = self
-            .store
-            .campaign_gate_source(id, false)
-            .await?
-            .ok_or(CampaignError::NotFound(id))?;
+        let state = self.campaign_state(id).await?;
         let view = self.store.campaign(id).await?;
         let old = campaign_meta(&state, state.version);
         let mut new = old.clone();
@@ -192,6 +173,14 @@ impl Reservations {
         self.campaign_gate_step(id, token, delta.max(0), give, &new)
             .await;
         Ok(changed)
+    }
+
+    /// The campaign's rules, counters and version, without its holders.
+    async fn campaign_state(&self, id: i64) -> Result<CampaignGateSource, CampaignError> {
+        self.store
+            .campaign_gate_source(id, false)
+            .await?
+            .ok_or(CampaignError::NotFound(id))
     }
 
     /// A gate step after Postgres has decided. A failure leaves the gate stricter than

@@ -28,15 +28,15 @@ use std::time::{Duration, Instant};
 use super::Reservations;
 use crate::domain::{flash_budget, VoucherCode, VoucherPatch, VoucherView};
 use crate::errors::{GetVoucherError, PatchVoucherError};
-use crate::gate::{BudgetStep, GateMeta, Patched};
+use crate::gate::{BudgetStep, GateError, GateMeta, Patched, Unit};
 use crate::store::{PatchOutcome, VoucherState};
 use crate::telemetry::Chain;
 
 /// The gate lock's life when a change holds it: far beyond the few round trips a change takes,
 /// so it expires only if its holder died.
-pub(super) const LOCK_TTL: Duration = Duration::from_secs(10);
+const LOCK_TTL: Duration = Duration::from_secs(10);
 /// How long a change waits for a loader or another change to let go of the lock.
-pub(super) const LOCK_WAIT: Duration = Duration::from_secs(2);
+const LOCK_WAIT: Duration = Duration::from_secs(2);
 /// A standard voucher's change is recomputed when another landed first, this many times.
 const ATTEMPTS: usize = 5;
 
@@ -105,21 +105,41 @@ impl Reservations {
         code: &VoucherCode,
         patch: &VoucherPatch,
     ) -> Result<bool, PatchVoucherError> {
+        let unit = Unit::Voucher(code);
+        let token = self
+            .lock_for_change(unit)
+            .await?
+            .ok_or(PatchVoucherError::Busy)?;
+        let result = self.patch_flash_locked(code, patch, &token).await;
+        self.unlock_after_change(unit, &token).await;
+        result
+    }
+
+    /// Takes a gate's lock for a change (a voucher's or a flash campaign's), waiting up to
+    /// `LOCK_WAIT` for a loader or another change to let go: its token, or None when it stayed
+    /// taken.
+    pub(super) async fn lock_for_change(
+        &self,
+        unit: Unit<'_>,
+    ) -> Result<Option<String>, GateError> {
         // Unique per call, so that only this call's lock is ever released by it.
         let token = uuid::Uuid::new_v4().to_string();
         let deadline = Instant::now() + LOCK_WAIT;
-        while !self.gate.try_lock_loading(code, &token, LOCK_TTL).await? {
+        while !self.gate.try_lock_loading(unit, &token, LOCK_TTL).await? {
             if Instant::now() > deadline {
-                return Err(PatchVoucherError::Busy);
+                return Ok(None);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let result = self.patch_flash_locked(code, patch, &token).await;
-        if let Err(e) = self.gate.unlock_loading(code, &token).await {
-            // It expires by itself within LOCK_TTL.
-            tracing::warn!(code = code.as_str(), error = %Chain(&e), "gate lock not released");
+        Ok(Some(token))
+    }
+
+    /// Lets go of the lock `token` holds; a failure is only logged: it expires by itself
+    /// within `LOCK_TTL`.
+    pub(super) async fn unlock_after_change(&self, unit: Unit<'_>, token: &str) {
+        if let Err(e) = self.gate.unlock_loading(unit, token).await {
+            tracing::warn!(code = %unit, error = %Chain(&e), "gate lock not released");
         }
-        result
     }
 
     async fn patch_flash_locked(

@@ -97,7 +97,7 @@ impl Warmup {
                 };
                 if let Err(e) = self.gate.unlock_loading(unit, &token).await {
                     // The lock expires by itself within its TTL.
-                    tracing::warn!(unit = ?unit, error = %crate::telemetry::Chain(&e), "loading lock not released");
+                    tracing::warn!(code = %unit, error = %crate::telemetry::Chain(&e), "loading lock not released");
                 }
                 return result;
             }

@@ -36,7 +36,6 @@ use serde::Serialize;
 
 use crate::config::SweepSettings;
 use crate::domain;
-use crate::domain::VoucherCode;
 use crate::errors::SweepError;
 use crate::gate::{Gate, GateError, Place, Removal, Retired, Unit};
 use crate::reservations::Warmup;
@@ -158,7 +157,7 @@ impl Sweeper {
                 let drift = report.drift_found;
                 self.reconcile(code.into(), in_flight, &mut report).await?;
                 if voucher.retire && in_flight == 0 && report.drift_found == drift {
-                    self.retire(code, now, &mut report).await?;
+                    self.retire(code.into(), now, &mut report).await?;
                 }
             }
         }
@@ -221,24 +220,36 @@ impl Sweeper {
 
     /// The mark goes first: a reserve arriving meanwhile finds the gate as it was, and once
     /// the keys are gone, an ended sale that is not marked is answered by Postgres, never loaded
-    /// again. Kept (and marked again) when the gate says no.
+    /// again. Kept (and marked again) when the gate says no. A voucher's gate or a flash
+    /// campaign's.
     async fn retire(
         &self,
-        code: &VoucherCode,
+        unit: Unit<'_>,
         now: DateTime<Utc>,
         report: &mut SweepReport,
     ) -> Result<(), SweepError> {
-        self.store.unmark_gate_loaded(code).await?;
+        self.mark_gate_loaded(unit, false).await?;
         let retired = self
             .gate
-            .retire(code, now.timestamp_millis(), self.retire_after)
+            .retire(unit, now.timestamp_millis(), self.retire_after)
             .await;
         match report.gate_ok(retired) {
             Some(Retired::Retired) => {
                 report.retired += 1;
-                tracing::info!(code = code.as_str(), "voucher retired from the gate");
+                tracing::info!(code = %unit, "retired from the gate");
             }
-            _ => self.store.mark_gate_loaded(code).await?,
+            _ => self.mark_gate_loaded(unit, true).await?,
+        }
+        Ok(())
+    }
+
+    /// Sets (or clears) the mark in Postgres that the gate may hold `unit`.
+    async fn mark_gate_loaded(&self, unit: Unit<'_>, loaded: bool) -> Result<(), SweepError> {
+        match (unit, loaded) {
+            (Unit::Voucher(code), true) => self.store.mark_gate_loaded(code).await?,
+            (Unit::Voucher(code), false) => self.store.unmark_gate_loaded(code).await?,
+            (Unit::Campaign(id), true) => self.store.mark_campaign_gate_loaded(id).await?,
+            (Unit::Campaign(id), false) => self.store.unmark_campaign_gate_loaded(id).await?,
         }
         Ok(())
     }
@@ -258,7 +269,7 @@ impl Sweeper {
             };
             if !loaded {
                 if campaign.retire {
-                    self.store.unmark_campaign_gate_loaded(campaign.id).await?;
+                    self.mark_gate_loaded(unit, false).await?;
                     report.retired += 1;
                 }
                 continue;
@@ -270,35 +281,9 @@ impl Sweeper {
                 let drift = report.drift_found;
                 self.reconcile(unit, in_flight, report).await?;
                 if campaign.retire && in_flight == 0 && report.drift_found == drift {
-                    self.retire_campaign(campaign.id, now, report).await?;
+                    self.retire(unit, now, report).await?;
                 }
             }
-        }
-        Ok(())
-    }
-
-    /// As [`Sweeper::retire`], for a campaign's gate.
-    async fn retire_campaign(
-        &self,
-        id: i64,
-        now: DateTime<Utc>,
-        report: &mut SweepReport,
-    ) -> Result<(), SweepError> {
-        self.store.unmark_campaign_gate_loaded(id).await?;
-        let retired = self
-            .gate
-            .retire(
-                Unit::Campaign(id),
-                now.timestamp_millis(),
-                self.retire_after,
-            )
-            .await;
-        match report.gate_ok(retired) {
-            Some(Retired::Retired) => {
-                report.retired += 1;
-                tracing::info!(campaign = id, "campaign retired from the gate");
-            }
-            _ => self.store.mark_campaign_gate_loaded(id).await?,
         }
         Ok(())
     }

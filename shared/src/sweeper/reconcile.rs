@@ -36,7 +36,7 @@ impl Sweeper {
         in_flight: u64,
         report: &mut SweepReport,
     ) -> Result<(), SweepError> {
-        let name = unit_name(unit);
+        let name = unit.to_string();
         // A change whose last gate step failed left the gate stricter than Postgres.
         // `sync.lua` writes only what is not older than the gate's, and never while a change
         // or a loader holds the gate lock.
@@ -223,7 +223,7 @@ impl Sweeper {
                     match report.gate_ok(removed) {
                         Some(Removed::Released) => {
                             report.releases_finished += 1;
-                            tracing::warn!(code = unit_name(unit), order_id = %order, "gate release finished");
+                            tracing::warn!(code = %unit, order_id = %order, "gate release finished");
                         }
                         Some(_) => {}
                         None => return Ok(true),
@@ -267,14 +267,5 @@ impl Sweeper {
                 version,
             }),
         )
-    }
-}
-
-/// A gate unit's name in logs and the remaining-uses gauge: the voucher's code, or
-/// `campaign:ID`.
-fn unit_name(unit: Unit<'_>) -> String {
-    match unit {
-        Unit::Voucher(code) => code.as_str().to_owned(),
-        Unit::Campaign(id) => format!("campaign:{id}"),
     }
 }
