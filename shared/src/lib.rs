@@ -12,8 +12,9 @@
 //!   error chains, the one metrics emitter; [`errors`]: one error enum per operation.
 //! - [`store`]: Postgres, the source of truth. The pool, migrations and every SQL statement;
 //!   status changes all go through `Store::merge` (the SQL function `fg_merge`).
-//! - [`gate`]: the Redis gate of flash-sale vouchers (Lua scripts in `lua/`, keys built only in
-//!   `gate::keys`, the voucher's rules as the scripts read them in `gate::GateMeta`).
+//! - [`gate`]: the Redis gate of flash-sale vouchers and campaigns (Lua scripts in `lua/`, keys
+//!   built only in `gate::keys`: a voucher's own, or a campaign's shared by its codes; the rules
+//!   as the scripts read them in `gate::GateMeta`).
 //! - [`events`]: mode B's `voucher-reserved` events, on SQS or Kafka, and the `Sink` that
 //!   receives them.
 //! - [`reservations`]: the service every route calls (create and read vouchers, reserve,
