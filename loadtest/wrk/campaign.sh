@@ -4,12 +4,15 @@
 # `/health/live` ceiling and all-winners reserves on one standard voucher (the same request
 # without a campaign). Cases:
 #
-#   - codes N: one `POST /campaigns` generating N codes (timed end to end, codes/s);
+#   - codes N: one `POST /campaigns` generating N codes (timed end to end, codes/s), standard
+#     and flash-sale (whose POST also loads the campaign's gate);
 #   - campaign: a campaign of CODES codes, no total and no budget: while codes last, every
 #     request wins;
 #   - campaign+budget: the same with a budget covering BUDGET_USES discounts: exactly that many
 #     must win, whatever the concurrency (checked against the campaign's `usedCount` and
-#     `budgetUsed`).
+#     `budgetUsed`);
+#   - flash, flash+budget: the same two with flash-sale campaigns (the campaign's gate decides,
+#     mode A).
 #
 #   ./loadtest/wrk/campaign.sh                      # 10 s per case, 64 connections, 100,000 codes
 #   GENERATE="100000 1000000" CODES=100000 BUDGET_USES=10000 ./loadtest/wrk/campaign.sh
@@ -64,12 +67,15 @@ field() { # URL NAME: a number field of a JSON view
 }
 
 echo "## Code generation"
-printf '| codes | seconds | codes/s |\n|---|---|---|\n'
+# A flash campaign's POST also loads its gate (its sale is open): the walk of its codes.
+printf '| codes | seconds | codes/s | flash-sale, seconds |\n|---|---|---|---|\n'
 for n in $GENERATE; do
   start=$(date +%s.%N)
   campaign "$n" >/dev/null
-  awk -v n="$n" -v s="$start" -v e="$(date +%s.%N)" \
-    'BEGIN { printf "| %d | %.1f | %.0f |\n", n, e - s, n / (e - s) }'
+  standard=$(date +%s.%N)
+  campaign "$n" ',"flashSale":true' >/dev/null
+  awk -v n="$n" -v s="$start" -v m="$standard" -v e="$(date +%s.%N)" \
+    'BEGIN { printf "| %d | %.1f | %.0f | %.1f |\n", n, m - s, n / (m - s), e - m }'
 done
 
 echo
@@ -108,9 +114,10 @@ profile
 held_ok() { # WON USED
   [ "$2" -ge "$1" ] && [ "$2" -le $(($1 + CONNECTIONS)) ]
 }
-for kind in campaign campaign+budget; do
+for kind in campaign campaign+budget flash flash+budget; do
   extra=""
-  [ "$kind" = campaign+budget ] && extra=",\"budgetAmount\":$((BUDGET_USES * DISCOUNT))"
+  case $kind in *budget) extra=",\"budgetAmount\":$((BUDGET_USES * DISCOUNT))" ;; esac
+  case $kind in flash*) extra="$extra,\"flashSale\":true" ;; esac
   id=$(campaign "$CODES" "$extra")
   curl -sf -H 'accept: text/csv' "$BASE/campaigns/$id/codes" >"$work/codes.csv"
   wrk_case "$kind" -s loadtest/wrk/campaign-codes.lua "$BASE" -- "$work/codes.csv" "$THREADS"
@@ -118,7 +125,7 @@ for kind in campaign campaign+budget; do
   sleep 1
   read -r used spent < <(curl -sf "$BASE/campaigns/$id" |
     python3 -c 'import json, sys; v = json.load(sys.stdin); print(v["usedCount"], v.get("budgetUsed"))')
-  if [ "$kind" = campaign+budget ]; then
+  if [ "${kind#*+}" = budget ]; then
     # Exactly the budget's uses, when the offered requests outnumbered them.
     held_ok "$won" "$used" && [ "$spent" -eq $((used * DISCOUNT)) ] &&
       { [ "$total" -lt "$BUDGET_USES" ] || [ "$used" -eq "$BUDGET_USES" ]; } || {
