@@ -31,6 +31,28 @@ impl<'a> From<&'a VoucherCode> for Unit<'a> {
     }
 }
 
+impl<'a> Unit<'a> {
+    /// The flash-sale campaign these keys are (None: a voucher's).
+    pub fn campaign(self) -> Option<i64> {
+        match self {
+            Unit::Voucher(_) => None,
+            Unit::Campaign(id) => Some(id),
+        }
+    }
+
+    /// An `orders` field or `pending` member read back as (code, orderId): [`Place::field`]
+    /// the other way. None: a campaign's field that is no `CODE|orderId`.
+    pub fn split<'f>(self, field: &'f str) -> Option<(&'f str, &'f str)>
+    where
+        'a: 'f,
+    {
+        match self {
+            Unit::Voucher(code) => Some((code.as_str(), field)),
+            Unit::Campaign(_) => field.split_once('|'),
+        }
+    }
+}
+
 impl<'a> From<Place<'a>> for Unit<'a> {
     fn from(place: Place<'a>) -> Unit<'a> {
         place.unit
@@ -69,14 +91,6 @@ impl<'a> Place<'a> {
         match campaign {
             Some(id) => Place::in_campaign(id, code),
             None => Place::from(code),
-        }
-    }
-
-    /// The flash-sale campaign whose keys decide this code (None: a voucher).
-    pub fn campaign(&self) -> Option<i64> {
-        match self.unit {
-            Unit::Voucher(_) => None,
-            Unit::Campaign(id) => Some(id),
         }
     }
 
@@ -201,5 +215,7 @@ mod tests {
         }
         assert_eq!(Place::in_campaign(7, &a).field("o:1"), "A|o:1");
         assert_eq!(Place::from(&a).field("o:1"), "o:1");
+        assert_eq!(Unit::Campaign(7).split("A|o:1"), Some(("A", "o:1")));
+        assert_eq!(Unit::Voucher(&b).split("o|1"), Some(("B", "o|1")));
     }
 }

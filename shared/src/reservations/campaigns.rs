@@ -87,7 +87,6 @@ impl Reservations {
     ) -> Result<CampaignView, CampaignError> {
         // Read under the lock: no other change of this campaign runs now.
         let state = self.campaign_state(id).await?;
-        let view = self.store.campaign(id).await?;
         let old = campaign_meta(&state, state.version);
         let mut new = old.clone();
         if let Some(active) = patch.active {
@@ -103,13 +102,13 @@ impl Reservations {
             new.per_user = per_user.map_or(i64::MAX, i64::from);
         }
         // Without a total, what the codes' limits allow.
-        let all = view.code_count * view.per_code_limit;
+        let all = state.code_count * i64::from(state.per_code_limit);
         let total = |t: Option<i64>| t.unwrap_or(all);
         let delta = match patch.total_limit {
-            Some(next) => total(next) - total(view.total_limit),
+            Some(next) => total(next) - total(state.total_limit),
             None => 0,
         };
-        let old_budget = view.budget.as_ref().map(|b| b.budget_amount);
+        let old_budget = state.budget_amount;
         let (take, give) = match (old_budget, patch.budget_amount.unwrap_or(old_budget)) {
             (None, None) => (BudgetStep::Keep, BudgetStep::Keep),
             (Some(old), Some(new)) => (

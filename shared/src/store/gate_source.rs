@@ -46,9 +46,14 @@ pub struct CampaignGateSource {
     pub per_code_limit: i32,
     /// The version the rules and limits are at.
     pub version: i64,
+    pub code_count: i64,
+    /// Over every code (None: the codes' own limits only).
+    pub total_limit: Option<i64>,
     /// The total less the uses held; without a total, what the codes' limits allow less the
     /// uses held.
     pub remaining: i64,
+    /// None: no budget.
+    pub budget_amount: Option<i64>,
     /// The budget less the discounts held (None: no budget).
     pub budget_left: Option<i64>,
     /// May the gate hold it already (V19)?
@@ -61,7 +66,8 @@ pub struct CampaignGateSource {
     pub code_customers: Vec<(String, i64, i32)>,
 }
 
-/// What the reconciler checks a gate against ([`Store::released_among`]), read in one snapshot.
+/// What the reconciler checks a voucher's gate against ([`Store::gate_check`]), read in one
+/// snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GateCheck {
     /// `total_limit` less the uses held.
@@ -69,39 +75,28 @@ pub struct GateCheck {
     /// The budget less the discounts held (None: no budget).
     pub budget_left: Option<i64>,
     pub version: i64,
-    /// The orders asked about that Postgres has released.
-    pub released: Vec<String>,
 }
 
 impl Store {
-    /// For the reconciler, in one snapshot: `total_limit` less the uses held, the budget left,
-    /// the voucher's version, and which of `orders` (held in the gate) Postgres has released
-    /// (None: no such voucher).
-    pub async fn released_among(
-        &self,
-        code: &VoucherCode,
-        orders: &[&str],
-    ) -> Result<Option<GateCheck>, StoreError> {
-        timed(Dependency::Postgres, "released_among", async {
+    /// For the reconciler, in one snapshot: `total_limit` less the uses held, the budget left
+    /// and the voucher's version (None: no such voucher).
+    pub async fn gate_check(&self, code: &VoucherCode) -> Result<Option<GateCheck>, StoreError> {
+        timed(Dependency::Postgres, "gate_check", async {
             let rows = self
                 .client()
                 .await?
                 .query_typed(
                     "SELECT v.total_limit - fg_used(v.code) AS remaining, v.version,
-                            b.amount - b.used AS budget_left,
-                            ARRAY(SELECT r.order_id FROM redemption r
-                                   WHERE r.voucher_code = v.code AND r.order_id = ANY($2)
-                                     AND r.status = 3) AS released
+                            b.amount - b.used AS budget_left
                        FROM voucher v LEFT JOIN voucher_budget b ON b.voucher_code = v.code
                       WHERE v.code = $1",
-                    &[(&code.as_str(), Type::TEXT), (&orders, Type::TEXT_ARRAY)],
+                    &[(&code.as_str(), Type::TEXT)],
                 )
                 .await?;
             Ok(rows.first().map(|r| GateCheck {
                 remaining: r.get("remaining"),
                 budget_left: r.get("budget_left"),
                 version: r.get("version"),
-                released: r.get("released"),
             }))
         })
         .await
@@ -187,7 +182,8 @@ impl Store {
                      SELECT g.flash_sale, g.discount_amount, g.discount_percent,
                             g.max_discount_amount, g.min_order_amount, g.starts_at, g.ends_at,
                             g.active, g.reservation_ttl_seconds, g.per_user_limit,
-                            g.per_code_limit, g.version, g.gate_loaded,
+                            g.per_code_limit, g.version, g.gate_loaded, g.code_count,
+                            k.total_limit, k.budget_amount,
                             COALESCE(k.total_limit, g.code_count * g.per_code_limit) - k.used
                               AS remaining,
                             k.budget_amount - k.budget_used AS budget_left,
@@ -235,7 +231,10 @@ impl Store {
                 per_user_limit: row.get("per_user_limit"),
                 per_code_limit: row.get("per_code_limit"),
                 version: row.get("version"),
+                code_count: row.get("code_count"),
+                total_limit: row.get("total_limit"),
                 remaining: row.get("remaining"),
+                budget_amount: row.get("budget_amount"),
                 budget_left: row.get("budget_left"),
                 gate_loaded: row.get("gate_loaded"),
                 users: customers.into_iter().zip(actives).collect(),

@@ -139,26 +139,6 @@ impl Store {
         .await
     }
 
-    /// Which of `order_ids` Postgres has a row for.
-    pub async fn known_orders(
-        &self,
-        code: &VoucherCode,
-        order_ids: &[&str],
-    ) -> Result<Vec<String>, StoreError> {
-        timed(Dependency::Postgres, "known_orders", async {
-            let rows = self
-                .client()
-                .await?
-                .query_typed(
-                    "SELECT order_id FROM redemption WHERE voucher_code = $1 AND order_id = ANY($2)",
-                    &[(&code.as_str(), Type::TEXT), (&order_ids, Type::TEXT_ARRAY)],
-                )
-                .await?;
-            Ok(rows.iter().map(|r| r.get(0)).collect())
-        })
-        .await
-    }
-
     /// Flash vouchers whose sale is open at `now` or starts within `lead` of it.
     pub async fn flash_vouchers_starting(
         &self,
@@ -249,8 +229,8 @@ impl Store {
         Ok(())
     }
 
-    /// Which of the orders `(code, orderId)` Postgres has a row for, and which of those it has
-    /// released: a campaign's pending and held orders span its codes.
+    /// Which of the orders `(code, orderId)` Postgres has a row for, and whether it is released
+    /// (a gate's pending or held orders: a campaign's span its codes).
     pub async fn orders_among(
         &self,
         orders: &[(&str, &str)],

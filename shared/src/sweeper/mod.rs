@@ -140,28 +140,15 @@ impl Sweeper {
 
         self.expire(now, &mut report).await?;
         for voucher in self.store.gate_vouchers(now, self.retire_after).await? {
-            let code = &voucher.code;
-            let Some(loaded) = report.gate_ok(self.gate.is_loaded(code).await) else {
-                continue;
-            };
-            if !loaded {
-                // Redis lost it (a reserve loads it again). Over long enough, nothing of it can
-                // still be on its way: the mark goes.
-                if voucher.retire {
-                    self.store.unmark_gate_loaded(code).await?;
-                    report.retired += 1;
-                }
-                continue;
-            }
-            if let Some(in_flight) = self.orphans(code, voucher.ttl_ms, now, &mut report).await? {
-                let drift = report.drift_found;
-                self.reconcile(code.into(), in_flight, &mut report).await?;
-                if voucher.retire && in_flight == 0 && report.drift_found == drift {
-                    self.retire(code.into(), now, &mut report).await?;
-                }
-            }
+            let unit = Unit::Voucher(&voucher.code);
+            self.sweep_gate(unit, voucher.ttl_ms, voucher.retire, now, &mut report)
+                .await?;
         }
-        self.sweep_campaigns(now, &mut report).await?;
+        for campaign in self.store.gate_campaigns(now, self.retire_after).await? {
+            let unit = Unit::Campaign(campaign.id);
+            self.sweep_gate(unit, campaign.ttl_ms, campaign.retire, now, &mut report)
+                .await?;
+        }
         self.warm_up_soon(now, &mut report).await?;
         report.rules_forgotten = match self
             .store
@@ -254,35 +241,35 @@ impl Sweeper {
         Ok(())
     }
 
-    /// The flash-sale campaigns the gate may hold, each as one unit, as the vouchers above:
-    /// pending orders settled or recovered, the counters compared and repaired, the gate
-    /// retired after the sale.
-    async fn sweep_campaigns(
+    /// One gate the Postgres mark says may be loaded (a voucher's or a flash campaign's):
+    /// its pending orders settled or recovered, its counters compared and repaired, and once
+    /// `retire` (the sale ended the retirement delay ago) with nothing in flight and no drift,
+    /// retired.
+    async fn sweep_gate(
         &self,
+        unit: Unit<'_>,
+        ttl_ms: i64,
+        retire: bool,
         now: DateTime<Utc>,
         report: &mut SweepReport,
     ) -> Result<(), SweepError> {
-        for campaign in self.store.gate_campaigns(now, self.retire_after).await? {
-            let unit = Unit::Campaign(campaign.id);
-            let Some(loaded) = report.gate_ok(self.gate.is_loaded(unit).await) else {
-                continue;
-            };
-            if !loaded {
-                if campaign.retire {
-                    self.mark_gate_loaded(unit, false).await?;
-                    report.retired += 1;
-                }
-                continue;
+        let Some(loaded) = report.gate_ok(self.gate.is_loaded(unit).await) else {
+            return Ok(());
+        };
+        if !loaded {
+            // Redis lost it (a reserve loads it again). Over long enough, nothing of it can
+            // still be on its way: the mark goes.
+            if retire {
+                self.mark_gate_loaded(unit, false).await?;
+                report.retired += 1;
             }
-            let orphans = self
-                .campaign_orphans(campaign.id, campaign.ttl_ms, now, report)
-                .await?;
-            if let Some(in_flight) = orphans {
-                let drift = report.drift_found;
-                self.reconcile(unit, in_flight, report).await?;
-                if campaign.retire && in_flight == 0 && report.drift_found == drift {
-                    self.retire(unit, now, report).await?;
-                }
+            return Ok(());
+        }
+        if let Some(in_flight) = self.orphans(unit, ttl_ms, now, report).await? {
+            let drift = report.drift_found;
+            self.reconcile(unit, in_flight, report).await?;
+            if retire && in_flight == 0 && report.drift_found == drift {
+                self.retire(unit, now, report).await?;
             }
         }
         Ok(())

@@ -10,52 +10,17 @@ use crate::gate::{OrderEntry, Place, Removal, Unit};
 use crate::store::{Merge, MergeOutcome};
 
 impl Sweeper {
-    /// Resolves the gate's pending orders of one voucher, the oldest first and a bounded number
-    /// a run. Returns how many are still in flight (pending, not yet in Postgres, younger than
-    /// TTL + grace, and all those past the bounded read), or None when the gate failed.
+    /// Resolves the pending orders of one gate (a voucher's, or a flash campaign's over all its
+    /// codes), the oldest first and a bounded number a run, with one Postgres query for them.
+    /// Returns how many are still in flight (pending, not yet in Postgres, younger than TTL +
+    /// grace, and all those past the bounded read), or None when the gate failed.
     pub(super) async fn orphans(
         &self,
-        code: &VoucherCode,
+        unit: Unit<'_>,
         ttl_ms: i64,
         now: DateTime<Utc>,
         report: &mut SweepReport,
     ) -> Result<Option<u64>, SweepError> {
-        let Some((pending, all)) = report.gate_ok(self.gate.pending(code).await) else {
-            return Ok(None);
-        };
-        if pending.is_empty() {
-            return Ok(Some(0));
-        }
-        let unread = (all - pending.len()) as u64;
-        let ids: Vec<&str> = pending.iter().map(|(o, _)| o.as_str()).collect();
-        let known = self.store.known_orders(code, &ids).await?;
-        let cutoff = now.timestamp_millis() - ttl_ms - self.orphan_grace.as_millis() as i64;
-        let mut in_flight = 0;
-        for (order, reserved_ms) in &pending {
-            if known.contains(order) {
-                // Postgres has it; the clean-up after the write was lost.
-                report.gate_ok(self.gate.settled(code, order).await);
-            } else if *reserved_ms < cutoff {
-                if self.recover(code.into(), order, now, report).await? {
-                    report.orphans_recovered += 1;
-                }
-            } else {
-                in_flight += 1;
-            }
-        }
-        Ok(Some(in_flight + unread))
-    }
-
-    /// A flash-sale campaign's pending orders (`CODE|orderId`, over all its codes), resolved
-    /// as a voucher's are: the same bound a run, one Postgres query for the step.
-    pub(super) async fn campaign_orphans(
-        &self,
-        id: i64,
-        ttl_ms: i64,
-        now: DateTime<Utc>,
-        report: &mut SweepReport,
-    ) -> Result<Option<u64>, SweepError> {
-        let unit = Unit::Campaign(id);
         let Some((pending, all)) = report.gate_ok(self.gate.pending(unit).await) else {
             return Ok(None);
         };
@@ -63,11 +28,11 @@ impl Sweeper {
             return Ok(Some(0));
         }
         let unread = (all - pending.len()) as u64;
-        // A field that does not split, or names no valid code, is no order of the service's.
+        // A field that names no order of a valid code is no order of the service's.
         let orders: Vec<(VoucherCode, &str, i64)> = pending
             .iter()
             .filter_map(|(field, ms)| {
-                let (code, order) = field.split_once('|')?;
+                let (code, order) = unit.split(field)?;
                 Some((VoucherCode::parse(code).ok()?, order, *ms))
             })
             .collect();
@@ -76,11 +41,12 @@ impl Sweeper {
         let cutoff = now.timestamp_millis() - ttl_ms - self.orphan_grace.as_millis() as i64;
         let mut in_flight = 0;
         for (code, order, reserved_ms) in &orders {
-            let place = Place::in_campaign(id, code);
+            let place = Place::of(code, unit.campaign());
             if known
                 .iter()
                 .any(|(c, o, _)| c == code.as_str() && o == order)
             {
+                // Postgres has it; the clean-up after the write was lost.
                 report.gate_ok(self.gate.settled(place, order).await);
             } else if *reserved_ms < cutoff {
                 if self.recover(place, order, now, report).await? {

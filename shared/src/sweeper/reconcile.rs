@@ -152,34 +152,20 @@ impl Sweeper {
         })
     }
 
-    /// Which of the gate's held orders (its `orders` fields) Postgres has released, with the
-    /// place each is decided in. None: the voucher or campaign is gone.
-    async fn released<'a>(
+    /// Which of the gate's held orders (its `orders` fields) Postgres has released, as
+    /// (code, orderId).
+    async fn released(
         &self,
-        unit: Unit<'a>,
-        fields: &[&'a str],
-    ) -> Result<Option<Vec<(String, String)>>, SweepError> {
-        Ok(match unit {
-            Unit::Voucher(code) => self.store.released_among(code, fields).await?.map(|check| {
-                check
-                    .released
-                    .into_iter()
-                    .map(|order| (code.as_str().to_owned(), order))
-                    .collect()
-            }),
-            Unit::Campaign(_) => {
-                let orders: Vec<(&str, &str)> =
-                    fields.iter().filter_map(|f| f.split_once('|')).collect();
-                let found = self.store.orders_among(&orders).await?;
-                Some(
-                    found
-                        .into_iter()
-                        .filter(|(_, _, released)| *released)
-                        .map(|(code, order, _)| (code, order))
-                        .collect(),
-                )
-            }
-        })
+        unit: Unit<'_>,
+        fields: &[&str],
+    ) -> Result<Vec<(String, String)>, SweepError> {
+        let orders: Vec<(&str, &str)> = fields.iter().filter_map(|f| unit.split(f)).collect();
+        let found = self.store.orders_among(&orders).await?;
+        Ok(found
+            .into_iter()
+            .filter(|(_, _, released)| *released)
+            .map(|(code, order, _)| (code, order))
+            .collect())
     }
 
     /// Walks the voucher's orders in bounded steps and finishes in the gate every release
@@ -199,17 +185,12 @@ impl Sweeper {
             };
             if !step.actives.is_empty() {
                 let fields: Vec<&str> = step.actives.iter().map(|(o, _)| o.as_str()).collect();
-                let Some(released) = self.released(unit, &fields).await? else {
-                    return Ok(true);
-                };
+                let released = self.released(unit, &fields).await?;
                 for (code, order) in &released {
                     let Ok(code) = VoucherCode::parse(code) else {
                         continue;
                     };
-                    let place = match unit {
-                        Unit::Voucher(_) => Place::from(&code),
-                        Unit::Campaign(id) => Place::in_campaign(id, &code),
-                    };
+                    let place = Place::of(&code, unit.campaign());
                     let field = place.field(order);
                     let customer = step
                         .actives
@@ -250,7 +231,7 @@ impl Sweeper {
         let expected = match unit {
             Unit::Voucher(code) => self
                 .store
-                .released_among(code, &[])
+                .gate_check(code)
                 .await?
                 .map(|check| (check.remaining, check.budget_left, check.version)),
             Unit::Campaign(id) => self
