@@ -964,6 +964,9 @@ BEGIN
            budget_amount = CASE WHEN p_clear_budget THEN NULL
                                 ELSE COALESCE(p_budget_amount, c.budget_amount) END
      WHERE c.campaign_id = p_id;
+    INSERT INTO campaign_rules (campaign_id, version, starts_at, ends_at, active, superseded_at)
+    SELECT g.id, g.version, g.starts_at, g.ends_at, g.active, now()
+      FROM campaign g WHERE g.id = p_id;
     UPDATE campaign g
        SET version = g.version + 1,
            active = COALESCE(p_active, g.active),
@@ -1535,6 +1538,19 @@ ALTER TABLE public.campaign ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: campaign_rules; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.campaign_rules (
+    campaign_id bigint NOT NULL,
+    version bigint NOT NULL,
+    starts_at timestamp with time zone NOT NULL,
+    ends_at timestamp with time zone NOT NULL,
+    active boolean NOT NULL,
+    superseded_at timestamp with time zone NOT NULL
+);
+
+--
 -- Name: redemption; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1677,6 +1693,13 @@ ALTER TABLE ONLY public.campaign
     ADD CONSTRAINT campaign_pkey PRIMARY KEY (id);
 
 --
+-- Name: campaign_rules campaign_rules_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.campaign_rules
+    ADD CONSTRAINT campaign_rules_pkey PRIMARY KEY (campaign_id, version);
+
+--
 -- Name: redemption redemption_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1729,6 +1752,12 @@ CREATE INDEX campaign_flash_by_end ON public.campaign USING btree (ends_at) WHER
 --
 
 CREATE INDEX campaign_in_gate ON public.campaign USING btree (id) WHERE gate_loaded;
+
+--
+-- Name: campaign_rules_superseded; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX campaign_rules_superseded ON public.campaign_rules USING btree (superseded_at);
 
 --
 -- Name: redemption_by_customer; Type: INDEX; Schema: public; Owner: -

@@ -120,8 +120,9 @@ async fn the_services_grants(db: &tokio_postgres::Client) -> Vec<String> {
                FROM pg_class, unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p
               WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p', 'v')
                 AND relname <> 'refinery_schema_history'
-                AND (p <> 'DELETE' OR relname IN ('campaign_customer', 'voucher_customer',
-                                                  'voucher_rules', 'voucher_slot'))
+                AND (p <> 'DELETE' OR relname IN ('campaign_customer', 'campaign_rules',
+                                                  'voucher_customer', 'voucher_rules',
+                                                  'voucher_slot'))
              UNION ALL
              SELECT 'sequence ' || relname, p
                FROM pg_class, unnest(ARRAY['USAGE', 'SELECT']) AS p

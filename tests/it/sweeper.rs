@@ -499,8 +499,9 @@ async fn a_flash_sale_that_is_over_leaves_the_gate_in_mode_b() {
     a_sale_that_is_over_leaves_the_gate_and_answers_the_same_after(app).await;
 }
 
-/// The rules a change replaced are kept for mode B's consumer as long as a queue may keep an
-/// event granted under them (two weeks), then a sweep forgets them; the recent ones stay.
+/// The rules a change replaced, a voucher's or a campaign's, are kept for mode B's consumer as
+/// long as a queue may keep an event granted under them (two weeks), then a sweep forgets them;
+/// the recent ones stay.
 #[tokio::test]
 async fn superseded_rules_are_forgotten_after_two_weeks() {
     let app = TestApp::spawn().await;
@@ -516,17 +517,32 @@ async fn superseded_rules_are_forgotten_after_two_weeks() {
             )
             .await
             .unwrap();
+        app.db
+            .execute(
+                "INSERT INTO campaign_rules (campaign_id, version, starts_at, ends_at, active,
+                        superseded_at)
+                 VALUES (7, $1, now(), now() + interval '1 day', true,
+                         now() - make_interval(days => $2))",
+                &[&version, &days_ago],
+            )
+            .await
+            .unwrap();
     }
-    assert_eq!(app.app.sweeper().sweep().await.unwrap().rules_forgotten, 1);
-    let kept: Vec<i64> = app
-        .db
-        .query("SELECT version FROM voucher_rules ORDER BY version", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(kept, vec![2]);
+    assert_eq!(app.app.sweeper().sweep().await.unwrap().rules_forgotten, 2);
+    for table in ["voucher_rules", "campaign_rules"] {
+        let kept: Vec<i64> = app
+            .db
+            .query(
+                &format!("SELECT version FROM {table} ORDER BY version"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(kept, vec![2], "{table}");
+    }
     assert_eq!(app.app.sweeper().sweep().await.unwrap().rules_forgotten, 0);
 }
 

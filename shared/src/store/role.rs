@@ -21,11 +21,12 @@ use crate::config::DatabaseCredentials;
 use crate::errors::StoreError;
 
 /// The tables the service deletes rows from: customer counters back at zero (the V12 and V17
-/// triggers run as the caller), rules no event can still need (the sweeper) and counter slots a
+/// triggers run as the caller), rules no event can still need (the sweeper, both tables) and counter slots a
 /// change of `counterSlots` removes (`fg_change_slots`, V15, which runs as the caller). Every other
 /// table is only read, inserted and updated.
 pub const DELETES_FROM: &[&str] = &[
     "campaign_customer",
+    "campaign_rules",
     "voucher_customer",
     "voucher_rules",
     "voucher_slot",

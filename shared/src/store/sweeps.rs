@@ -46,19 +46,26 @@ fn stored_code(raw: &str) -> VoucherCode {
 }
 
 impl Store {
-    /// Deletes at most `limit` of the rules that changes superseded before `before`, the
-    /// oldest first (by `voucher_rules`' index on `superseded_at`). Answers how many went.
+    /// Deletes at most `limit` of the vouchers' rules and `limit` of the campaigns' that changes
+    /// superseded before `before`, the oldest first (by each table's index on
+    /// `superseded_at`). Answers how many went.
     pub async fn forget_rules(&self, before: DateTime<Utc>, limit: i64) -> Result<u64, StoreError> {
         timed(Dependency::Postgres, "forget_rules", async {
             let rows = self
                 .client()
                 .await?
                 .query_typed(
-                    "DELETE FROM voucher_rules
-                      WHERE (voucher_code, version) IN
-                            (SELECT voucher_code, version FROM voucher_rules
-                              WHERE superseded_at < $1 ORDER BY superseded_at LIMIT $2)
-                     RETURNING 1",
+                    "WITH v AS (DELETE FROM voucher_rules
+                                 WHERE (voucher_code, version) IN
+                                       (SELECT voucher_code, version FROM voucher_rules
+                                         WHERE superseded_at < $1 ORDER BY superseded_at LIMIT $2)
+                                RETURNING 1),
+                          c AS (DELETE FROM campaign_rules
+                                 WHERE (campaign_id, version) IN
+                                       (SELECT campaign_id, version FROM campaign_rules
+                                         WHERE superseded_at < $1 ORDER BY superseded_at LIMIT $2)
+                                RETURNING 1)
+                     SELECT 1 FROM v UNION ALL SELECT 1 FROM c",
                     &[(&before, Type::TIMESTAMPTZ), (&limit, Type::INT8)],
                 )
                 .await?;
