@@ -9,7 +9,8 @@
 //! ranges, an unknown voucher, a value or constraint Postgres refuses (`store::never_passes`);
 //! it goes to the dead letters at once. So does an event the rules never granted: before the
 //! merge, each event is checked against the voucher's rules at the version the gate stamped on it
-//! (`GrantRules`: paused, window, minimum order, discount, expiry; one query for the batch), so
+//! (`GrantRules`: paused, window, minimum order, discount, expiry; a flash-sale campaign's code's
+//! at its campaign's version; one query for the batch), so
 //! a forged or corrupted event cannot land a use or a discount. The consumer
 //! is an `events::Sink`: each transport turns those answers into its own (SQS: the failed
 //! message ids; Kafka: the dead-letter topic, or the offset to read again). With Postgres down,
@@ -29,7 +30,7 @@ use crate::domain::{amount, customer_id, instant_ms, Invalid, OrderId, Status, V
 pub use crate::errors::ConsumeError;
 use crate::errors::StoreError;
 use crate::events::{Landing, ReservedEvent, Sink, EVENT_TYPE, EVENT_VERSION};
-use crate::gate::{Gate, Removal};
+use crate::gate::{Gate, Place, Removal};
 use crate::store::{
     is_undefined_table, never_passes, Merge, MergeOutcome, Merged, Store, MERGE_BATCH_MAX,
 };
@@ -211,6 +212,13 @@ impl Consumer {
             let claim = e.claim();
             let refusal = if !grants.knows(code) {
                 Some(format!("code: unknown voucher {code}"))
+            } else if e.campaign_id != grants.campaign(code) {
+                // The gate that granted it is named by the event: it must be the code's own
+                // campaign's (or none), whose rules and versions the check below reads.
+                Some(match grants.campaign(code) {
+                    Some(id) => format!("campaignId: code {code} is of campaign {id}"),
+                    None => format!("campaignId: code {code} is of no campaign"),
+                })
             } else if let Some(version) = e.rules_version {
                 match grants.at(code, version) {
                     Some(rules) => rules.refusal(&claim, now_ms).map(|why| why.to_string()),
@@ -269,7 +277,9 @@ impl Consumer {
             _ => Consumed::Unchanged,
         };
         // Postgres has the row now: the order is no longer pending in the gate.
-        self.gate.settled_best_effort(code, &e.order_id).await;
+        self.gate
+            .settled_best_effort(Place::of(code, e.campaign_id), &e.order_id)
+            .await;
         Ok(consumed)
     }
 
@@ -285,7 +295,12 @@ impl Consumer {
         // A tombstone, and the use does not come back: the gate had one too many.
         if let Err(err) = self
             .gate
-            .remove(code, &e.order_id, Removal::Revoke, Some(e.customer_id))
+            .remove(
+                Place::of(code, e.campaign_id),
+                &e.order_id,
+                Removal::Revoke,
+                Some(e.customer_id),
+            )
             .await
         {
             tracing::warn!(code = %e.code, order_id = %e.order_id, error = %Chain(&err), "gate revoke failed");

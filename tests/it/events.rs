@@ -12,6 +12,7 @@ use shared::consumer::Consumed;
 use shared::domain::ReserveOutcome;
 use shared::events::sqs::handle_batch;
 use shared::events::ReservedEvent;
+use shared::gate::{Place, Unit};
 
 use crate::harness::{assert_never_reserved, path, reserve_req, reserved_event, wait_for, TestApp};
 
@@ -83,7 +84,7 @@ async fn a_thousand_events_shuffled_with_duplicates_land_once_each() {
         let (ReserveOutcome::Reserved, Some(held)) = (reply.outcome, reply.held) else {
             panic!("{reply:?}")
         };
-        let event = ReservedEvent::new(&r, held, reply.rules_version);
+        let event = ReservedEvent::new(&r, held, reply.rules_version, None);
         bodies.push(serde_json::to_string(&event).unwrap());
     }
     assert_eq!(
@@ -428,7 +429,7 @@ async fn an_event_lands_only_as_the_rules_that_granted_it_would_have() {
                 .reserve(&r.code, customer, order, r.order_amount, now)
                 .await
                 .unwrap();
-            ReservedEvent::new(&r, reply.held.expect("granted"), reply.rules_version)
+            ReservedEvent::new(&r, reply.held.expect("granted"), reply.rules_version, None)
         }
     };
     // Version 1: 100,000 off, so 10 off an order of 10.
@@ -536,6 +537,131 @@ async fn an_event_lands_only_as_the_rules_that_granted_it_would_have() {
     );
 }
 
+/// A flash-sale campaign's code's event is checked against its campaign's rules at the
+/// campaign's version its gate stamped (`campaign_rules` keeps those a change replaced), and
+/// must name the code's own campaign: one naming none or another is poison, with its reason.
+#[tokio::test]
+async fn a_campaign_codes_event_lands_only_under_its_campaigns_rules_and_name() {
+    let app = TestApp::builder()
+        .with_events(3)
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    let now = chrono::Utc::now();
+    let (status, view) = app
+        .create_campaign(json!({
+            "discountAmount": 10,
+            "startsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
+            "endsAt": (now + chrono::Duration::days(1)).to_rfc3339(),
+            "codes": ["EC-1", "EC-2", "EC-3", "EC-4", "EC-5"],
+            "flashSale": true,
+        }))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    let id = view["id"].as_i64().unwrap();
+    let r = reserve_req("EC-1", 1, "v1");
+    let reply = app
+        .app
+        .gate()
+        .reserve(
+            Place::in_campaign(id, &r.code),
+            1,
+            "v1",
+            r.order_amount,
+            now.timestamp_millis(),
+        )
+        .await
+        .unwrap();
+    let v1 = ReservedEvent::new(
+        &r,
+        reply.held.expect("granted"),
+        reply.rules_version,
+        Some(id),
+    );
+    assert_eq!((v1.rules_version, v1.discount_amount), (Some(1), 10));
+    // Version 2: paused.
+    let (status, body) = app.patch_campaign(id, json!({"active": false})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let other = |code: &str, customer: i64, order: &str| {
+        let mut e = v1.clone();
+        e.code = code.into();
+        e.customer_id = customer;
+        e.order_id = order.into();
+        e
+    };
+    let mut paused = other("EC-2", 2, "paused");
+    paused.rules_version = Some(2);
+    let mut unknown_version = other("EC-3", 3, "unknown-version");
+    unknown_version.rules_version = Some(99);
+    let mut no_campaign = other("EC-3", 3, "no-campaign");
+    no_campaign.campaign_id = None;
+    let mut another_campaign = other("EC-3", 3, "another-campaign");
+    another_campaign.campaign_id = Some(id + 1_000);
+    // Without a version: version 1, in force a moment ago, granted it.
+    let mut unstamped = other("EC-4", 4, "unstamped");
+    unstamped.rules_version = None;
+
+    let bodies: Vec<String> = [
+        &v1,
+        &paused,
+        &unknown_version,
+        &no_campaign,
+        &another_campaign,
+        &unstamped,
+    ]
+    .iter()
+    .map(|e| e.to_json())
+    .collect();
+    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    let reasons: Vec<String> = app
+        .app
+        .consumer()
+        .consume_all(&refs)
+        .await
+        .iter()
+        .map(|a| match a {
+            Ok(consumed) => format!("{consumed:?}"),
+            Err(shared::consumer::ConsumeError::Poison(why)) => why.clone(),
+            Err(e) => panic!("{e:?}"),
+        })
+        .collect();
+    assert_eq!(
+        (reasons[0].as_str(), reasons[5].as_str()),
+        ("Applied", "Applied"),
+        "{reasons:?}"
+    );
+    for (reason, field) in
+        reasons[1..5]
+            .iter()
+            .zip(["paused", "rulesVersion", "campaignId", "campaignId"])
+    {
+        assert!(reason.contains(field), "{reason} should name {field}");
+    }
+    let rows: Vec<(String, String)> = app
+        .db
+        .query(
+            "SELECT voucher_code, order_id FROM redemption ORDER BY order_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("EC-4".to_owned(), "unstamped".to_owned()),
+            ("EC-1".to_owned(), "v1".to_owned())
+        ]
+    );
+    // The landed use is no longer pending in the campaign's gate.
+    assert_eq!(
+        app.app.gate().pending(Unit::Campaign(id)).await.unwrap().1,
+        0
+    );
+}
+
 /// Code deployed before `migrate` created the rules' history (docs/DEPLOY.md: a release that
 /// uses its own migration at once) keeps landing events, unchecked as before, and keeps
 /// sweeping, instead of failing every batch until migrate runs.
@@ -579,6 +705,7 @@ async fn a_batch_lands_together_and_a_message_postgres_rejects_fails_alone() {
         serde_json::to_string(&ReservedEvent::new(
             &reserve_req(code, customer, order),
             held,
+            None,
             None,
         ))
         .unwrap()

@@ -18,6 +18,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::events::kafka::partition_for;
 use shared::events::{ReservedEvent, Transport as _};
+use shared::gate::Unit;
 
 use crate::harness::{
     assert_never_reserved, kafka_brokers, reserve_req, reserved_event, voucher_code, wait_for,
@@ -97,7 +98,7 @@ fn topic(app: &TestApp) -> String {
 }
 
 async fn in_flight(app: &TestApp, code: &str) -> u64 {
-    app.kafka().in_flight(&voucher_code(code)).await.unwrap()
+    app.kafka().in_flight(code).await.unwrap()
 }
 
 async fn revoked(app: &TestApp, code: &str) -> i64 {
@@ -482,7 +483,7 @@ async fn the_msk_handler_lands_a_batch_and_dead_letters_its_poison_record() {
             .await
             .unwrap();
         let held = reply.held.expect("granted");
-        let event = ReservedEvent::new(&r, held, reply.rules_version);
+        let event = ReservedEvent::new(&r, held, reply.rules_version, None);
         values.push(event.to_json().into_bytes());
     }
     values.push(b"poison".to_vec());
@@ -640,4 +641,107 @@ async fn a_voucher_sharing_a_busy_partition_is_refused_by_its_rules_without_load
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(body.contains("EXPIRED"), "{body}");
     assert_eq!(app.gate_remaining(&ended).await, None, "not loaded");
+}
+
+/// A flash-sale campaign's gate is one unit on Kafka too: every code's event goes to the
+/// campaign's partition (one lag to wait for), its orders are read back, confirmed and released
+/// before their events land, the views count them in flight, and a campaign gate lost with
+/// events on the way is loaded again only once they have landed, counting each use once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flash_campaigns_events_share_its_partition_and_its_orders_answer_before_they_land() {
+    let app = TestApp::builder()
+        .with_kafka()
+        .configure(|s| s.events.poll = false)
+        .spawn()
+        .await;
+    let now = chrono::Utc::now();
+    let codes = ["KC-1", "KC-2", "KC-3", "KC-4", "KC-5", "KC-6"];
+    let (status, view) = app
+        .create_campaign(json!({
+            "discountAmount": 1_000,
+            "budgetAmount": 10_000,
+            "startsAt": (now - chrono::Duration::minutes(1)).to_rfc3339(),
+            "endsAt": (now + chrono::Duration::days(1)).to_rfc3339(),
+            "codes": codes,
+            "flashSale": true,
+        }))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    let id = view["id"].as_i64().unwrap();
+    let key = shared::events::campaign_key(id);
+    for (i, code) in codes.iter().enumerate() {
+        let (status, body) = app.reserve(code, i as i64 + 1, "o", 5_000).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    assert_eq!(
+        in_flight(&app, &key).await,
+        6,
+        "one partition holds them all"
+    );
+
+    // Nothing has landed: the views count the uses in flight.
+    let (_, c) = app.campaign(id).await;
+    assert_eq!(
+        (&c["usedCount"], &c["inFlightCount"], &c["budgetUsed"]),
+        (&json!(6), &json!(6), &json!(0)),
+        "{c}"
+    );
+    let (_, v) = app.get_voucher("KC-1").await;
+    assert_eq!(
+        (&v["usedCount"], &v["inFlightCount"]),
+        (&json!(1), &json!(1))
+    );
+    // Read back, confirmed and released from the campaign's gate.
+    let (status, r) = app.get_reservation("KC-1", "o").await;
+    assert_eq!((status, &r["status"]), (StatusCode::OK, &json!("RESERVED")));
+    assert_eq!(app.confirm("KC-2", "o").await.0, StatusCode::OK);
+    assert_eq!(app.release("KC-3", "o").await.0, StatusCode::NO_CONTENT);
+    // An order the intact gate never granted is unknown at once.
+    assert_eq!(
+        app.get_reservation("KC-4", "never").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    // Redis restarts empty with four events in flight: the campaign waits for its partition.
+    app.flush_gate().await;
+    let (status, body) = app.warmup("KC-5").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(
+        app.get_reservation("KC-6", "o").await.0,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "KC-6's event may still be on its way"
+    );
+    let _consumer = app.start_kafka_consumer();
+    wait_for(
+        "the campaign's partition to drain",
+        Duration::from_secs(30),
+        async || in_flight(&app, &key).await == 0,
+    )
+    .await;
+    wait_for(
+        "the campaign to load again",
+        Duration::from_secs(15),
+        async || app.warmup("KC-5").await.0 == StatusCode::OK,
+    )
+    .await;
+    // Five uses held (one released), counted once: the sixth code's use and the money of five.
+    let gate = app.app.gate().counts(Unit::Campaign(id)).await.unwrap();
+    assert_eq!(
+        gate.map(|g| (g.remaining, g.budget)),
+        Some((1, Some(5_000)))
+    );
+    let (_, c) = app.campaign(id).await;
+    assert_eq!(
+        (&c["usedCount"], &c["inFlightCount"], &c["budgetUsed"]),
+        (&json!(5), &json!(0), &json!(5_000)),
+        "{c}"
+    );
+    assert_eq!(
+        app.get_reservation("KC-2", "o").await.1["status"],
+        "CONFIRMED"
+    );
+    assert_eq!(
+        app.reserve("KC-3", 9, "again", 5_000).await.0,
+        StatusCode::CREATED
+    );
 }

@@ -443,6 +443,10 @@ pub struct CampaignView {
     pub code_count: i64,
     /// Active uses (RESERVED + CONFIRMED) over every code.
     pub used_count: i64,
+    /// Mode B, a flash-sale campaign: uses its gate granted whose events have not reached
+    /// Postgres yet, counted in `used_count` already (their discounts are not in the budget's
+    /// figures until they land).
+    pub in_flight_count: i64,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
     #[serde(with = "rfc3339_ms")]

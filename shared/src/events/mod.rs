@@ -6,7 +6,7 @@
 //! - [`sqs::Sqs`]: an SQS queue (`EVENTS_QUEUE_URL`), drained by Lambda's SQS trigger or by
 //!   `flashgate serve`'s poller; failures are per message, then the queue's dead-letter queue.
 //! - [`kafka::Kafka`]: a Kafka topic (`KAFKA_BROKERS`, e.g. Amazon MSK), keyed and partitioned
-//!   by voucher code, drained by Lambda's MSK event source or by a consumer-group member in
+//!   by gate (a voucher's code, a flash-sale campaign's id), drained by Lambda's MSK event source or by a consumer-group member in
 //!   `flashgate serve`; a record that can never land goes to the dead-letter topic.
 //!
 //! Everything else of mode B (the gate's pending marks, the merge, the sweeps) is the same code
@@ -24,7 +24,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Claim, Held, Reserve, VoucherCode};
+use crate::domain::{Claim, Held, Reserve};
 use crate::telemetry::metrics::{timed, Dependency};
 
 pub const EVENT_TYPE: &str = "voucher-reserved";
@@ -49,10 +49,14 @@ pub struct ReservedEvent {
     pub expires_at_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules_version: Option<i64>,
+    /// The flash-sale campaign whose gate granted the use (absent: a voucher's own gate). Its
+    /// rules and `rulesVersion` are the campaign's, and it is the event's [key](Self::key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub campaign_id: Option<i64>,
 }
 
 impl ReservedEvent {
-    pub fn new(r: &Reserve, held: Held, rules_version: Option<i64>) -> Self {
+    pub fn new(r: &Reserve, held: Held, rules_version: Option<i64>, campaign: Option<i64>) -> Self {
         ReservedEvent {
             kind: EVENT_TYPE.to_owned(),
             version: EVENT_VERSION,
@@ -64,6 +68,17 @@ impl ReservedEvent {
             reserved_at_ms: held.reserved_ms,
             expires_at_ms: held.expires_ms,
             rules_version,
+            campaign_id: campaign,
+        }
+    }
+
+    /// What the event is keyed and partitioned by: its gate, the voucher's code or a flash-sale
+    /// campaign's [`campaign_key`], so that one gate's events share one partition (one lag to
+    /// read before the gate may be loaded again).
+    pub fn key(&self) -> std::borrow::Cow<'_, str> {
+        match self.campaign_id {
+            Some(id) => campaign_key(id).into(),
+            None => self.code.as_str().into(),
         }
     }
 
@@ -90,6 +105,12 @@ impl ReservedEvent {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("events serialize")
     }
+}
+
+/// A flash-sale campaign's events' key: `campaign:ID`, what `gate::Unit` shows for it (a code
+/// has no `:`, so no voucher's key is ever a campaign's).
+pub fn campaign_key(id: i64) -> String {
+    format!("campaign:{id}")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -167,11 +188,12 @@ pub trait Transport: Send + Sync {
     /// `EVENTS_TIMEOUT_MS`: a send begun longer ago than this has been answered.
     fn send_timeout(&self) -> Duration;
 
-    /// How many events that may be for `code` have not landed in Postgres yet. While any may,
-    /// the gate must not be loaded for it (their uses would be counted twice), and an order the
-    /// gate does not know may still be on its way. SQS cannot tell one voucher's messages from
-    /// another's and counts the whole queue; Kafka counts the lag of the voucher's partition.
-    fn in_flight<'a>(&'a self, code: &'a VoucherCode) -> BoxFuture<'a, Result<u64, EventError>>;
+    /// How many events that may have `key` ([`ReservedEvent::key`]: a voucher's code, or a
+    /// flash-sale campaign's key) have not landed in Postgres yet. While any may, the gate must
+    /// not be loaded for it (their uses would be counted twice), and an order the gate does not
+    /// know may still be on its way. SQS cannot tell one gate's messages from another's and
+    /// counts the whole queue; Kafka counts the lag of the key's partition.
+    fn in_flight<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, EventError>>;
 
     /// Creates the queue or topics if they do not exist: Kafka topics always (the `migrate`
     /// step does it at deploy), an SQS queue only on a local endpoint.

@@ -17,7 +17,6 @@ use futures::FutureExt;
 use tokio::sync::OnceCell;
 
 use super::{bounded, EventError, Landing, ReservedEvent, Sink, Transport};
-use crate::domain::VoucherCode;
 use crate::telemetry::{self, Chain};
 
 const BROKER: &str = "SQS";
@@ -133,7 +132,7 @@ impl Sqs {
                 .message_body(body);
             if self.queue_url.ends_with(".fifo") {
                 req = req
-                    .message_group_id(&event.code)
+                    .message_group_id(event.key())
                     .message_deduplication_id(format!("{}:{}", event.code, event.order_id));
             }
             req.send().await.map_err(sqs("SendMessage"))?;
@@ -254,7 +253,7 @@ impl Transport for Sqs {
         self.timeout
     }
 
-    fn in_flight<'a>(&'a self, _code: &'a VoucherCode) -> BoxFuture<'a, Result<u64, EventError>> {
+    fn in_flight<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Result<u64, EventError>> {
         self.queue_depth().boxed()
     }
 

@@ -29,8 +29,23 @@ impl Reservations {
         Ok(view)
     }
 
+    /// The campaign as Postgres has it; in mode B, a flash-sale campaign's uses whose events
+    /// are still on their way count too, read as a voucher's are (`Reservations::voucher`).
     pub async fn campaign(&self, id: i64) -> Result<CampaignView, CampaignError> {
-        self.store.campaign(id).await
+        // Before Postgres: a grant made before this read is either still pending here or in
+        // Postgres' later snapshot, counted once. A standard campaign's gate holds nothing.
+        let pending = self
+            .flash
+            .pending(Unit::Campaign(id))
+            .await
+            .unwrap_or_default();
+        let (mut view, landed) = self.store.campaign(id, &pending.orders).await?;
+        if view.flash_sale {
+            let in_flight = pending.all.saturating_sub(landed) as i64;
+            view.used_count += in_flight;
+            view.in_flight_count = in_flight;
+        }
+        Ok(view)
     }
 
     pub async fn campaigns(
@@ -65,8 +80,7 @@ impl Reservations {
         patch: &CampaignPatch,
     ) -> Result<CampaignView, CampaignError> {
         let state = self.campaign_state(id).await?;
-        // Mode B: Postgres decides a flash campaign's codes for now, and no gate holds it.
-        if !state.flash_sale || self.flash.mode_b() {
+        if !state.flash_sale {
             return self.store.patch_campaign(id, patch).await;
         }
         let unit = Unit::Campaign(id);

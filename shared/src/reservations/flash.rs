@@ -16,10 +16,40 @@ use crate::domain::{
 };
 use crate::errors::{FromGateError, GetReservationError, ReserveError, StoreError, WarmupError};
 use crate::events::{ReservedEvent, Transport};
-use crate::gate::{Gate, GateError, Lookup, OrderEntry, Place, Removal, Trust};
+use crate::gate::{Gate, GateError, Lookup, OrderEntry, Place, Removal, Trust, Unit};
 use crate::store::{Merge, MergeOutcome, Merged, Store};
 use crate::telemetry::metrics::SOLD_OUT_ANSWERS;
 use crate::telemetry::Chain;
+
+/// What a gate holds in flight ([`Flash::pending`]).
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    /// The oldest, as (code, orderId).
+    pub orders: Vec<(String, String)>,
+    /// How many in all.
+    pub all: usize,
+    /// A flash-sale campaign's gate, which holds all its codes' orders.
+    pub campaign: bool,
+}
+
+impl Pending {
+    /// The part that is `code`'s: its orders among those read, and how many it has. A flash
+    /// campaign's gate holds every code's: the count is exact while the campaign's backlog fits
+    /// in one read ([`PENDING_STEP`](crate::gate::PENDING_STEP)); past it, only the code's among the oldest are known
+    /// (a view during a long backlog may count fewer in flight than there are; never more).
+    pub(super) fn of_code(self, code: &VoucherCode) -> (Vec<String>, usize) {
+        let mine: Vec<String> = self
+            .orders
+            .into_iter()
+            .filter(|(c, _)| c == code.as_str())
+            .map(|(_, order)| order)
+            .collect();
+        // A voucher's gate holds its own orders alone: past the oldest read, the younger count
+        // as in flight (as the voucher view always has).
+        let all = if self.campaign { mine.len() } else { self.all };
+        (mine, all)
+    }
+}
 
 #[derive(Clone)]
 pub(super) struct Flash {
@@ -86,11 +116,6 @@ impl Flash {
         campaign: Option<i64>,
         now: DateTime<Utc>,
     ) -> Result<Reservation, ReserveError> {
-        if campaign.is_some() && self.events.is_some() {
-            // Mode B is not built for campaigns' gates (docs/ARCHITECTURE.md, "Campaigns in the
-            // gate"): Postgres decides, as for a standard campaign, exactly, only slower.
-            return self.writes.reserve(r, now).await;
-        }
         let place = Place::of(&r.code, campaign);
         let order = r.order_id.as_str();
         let now_ms = now.timestamp_millis();
@@ -228,9 +253,10 @@ impl Flash {
         if let Some(events) = &self.events {
             // Mode B: Postgres is off the path. The event carries the use to the consumer; if
             // it cannot be sent, the order stays pending in the gate for the sweeper (or the
-            // client's retry, answered REPLAY, sends it again).
+            // client's retry, answered REPLAY, sends it again). A campaign's code's event is
+            // keyed by its campaign: one partition, one lag for the campaign's gate.
             events
-                .send(&ReservedEvent::new(r, held, rules_version))
+                .send(&ReservedEvent::new(r, held, rules_version, campaign))
                 .await?;
             return Ok(Reservation {
                 order_id: order.to_owned(),
@@ -358,22 +384,24 @@ impl Flash {
     }
 
     /// Mode B: writes a reservation that is still on its way to Postgres from what the gate
-    /// holds, with `status`; the late event then merges into nothing. None: mode A, or no such
-    /// order (see [`Flash::never_granted`]). A tombstone gives a merge without a row
-    /// (released).
+    /// holds (`campaign`'s gate for a flash-sale campaign's code), with `status`; the late event
+    /// then merges into nothing. None: mode A, or no such order (see
+    /// [`Flash::never_granted`]). A tombstone gives a merge without a row (released).
     pub(super) async fn merge_from_gate(
         &self,
         code: &VoucherCode,
+        campaign: Option<i64>,
         order_id: &OrderId,
         status: Status,
     ) -> Result<Option<Merged>, FromGateError> {
         if self.events.is_none() {
             return Ok(None);
         }
+        let place = Place::of(code, campaign);
         let order = order_id.as_str();
-        let (held, order_amount) = match self.gate.order_with_trust(code, order).await? {
+        let (held, order_amount) = match self.gate.order_with_trust(place, order).await? {
             (None, trust) => {
-                self.never_granted(code, trust).await?;
+                self.never_granted(place.unit, trust).await?;
                 return Ok(None);
             }
             (Some(OrderEntry::Tombstone(_)), _) => {
@@ -392,7 +420,7 @@ impl Flash {
         };
         let merge = Merge::held(code, order, held, order_amount, status);
         let merged = self.store.merge(&merge).await?;
-        self.gate.settled_best_effort(code, order).await;
+        self.gate.settled_best_effort(place, order).await;
         Ok(Some(merged))
     }
 
@@ -403,16 +431,18 @@ impl Flash {
     pub(super) async fn held_in_gate(
         &self,
         code: &VoucherCode,
+        campaign: Option<i64>,
         order_id: &OrderId,
     ) -> Result<Option<ReservationView>, FromGateError> {
         if self.events.is_none() {
             return Ok(None);
         }
-        let held = match self.gate.order_with_trust(code, order_id.as_str()).await? {
+        let place = Place::of(code, campaign);
+        let held = match self.gate.order_with_trust(place, order_id.as_str()).await? {
             (Some(OrderEntry::Active { held, .. }), _) => held,
             (Some(OrderEntry::Tombstone(_)), _) => return Ok(None),
             (None, trust) => {
-                self.never_granted(code, trust).await?;
+                self.never_granted(place.unit, trust).await?;
                 return Ok(None);
             }
         };
@@ -427,7 +457,8 @@ impl Flash {
         )
     }
 
-    /// Mode B, an order that neither Postgres nor the gate knows: Ok when it was never granted,
+    /// Mode B, an order that neither Postgres nor the gate (`unit`: the voucher's, or its flash
+    /// campaign's) knows: Ok when it was never granted,
     /// [`FromGateError::Pending`] while it may be a grant whose entry Redis lost and whose event
     /// is still on its way.
     ///
@@ -435,35 +466,36 @@ impl Flash {
     /// copy of Redis' data it was loaded into ([`Trust::Intact`]), an order it does not know
     /// does not exist, whatever is in flight: 404 at once. A voucher the gate never loaded has
     /// no events at all. Only after a loss (a failover or restart since the load, or the
-    /// voucher gone from a gate that had it) could one be on its way; the voucher's own count
+    /// voucher gone from a gate that had it) could one be on its way; the gate's own count
     /// of them (the `pending` set) was lost with it, so the transport's count stands in (the
-    /// partition's lag, the queue's depth). Once that is zero every lost grant has landed, and a
-    /// suspect gate is trusted again (after one send timeout: a grant made just before the
-    /// failover may still be in its send).
-    async fn never_granted(&self, code: &VoucherCode, trust: Trust) -> Result<(), FromGateError> {
+    /// lag of the gate's partition, the queue's depth). Once that is zero every lost grant has
+    /// landed, and a suspect gate is trusted again (after one send timeout: a grant made just
+    /// before the failover may still be in its send).
+    async fn never_granted(&self, unit: Unit<'_>, trust: Trust) -> Result<(), FromGateError> {
         let Some(events) = &self.events else {
             return Ok(());
         };
+        let key = super::event_key(unit);
         match trust {
             Trust::Intact => Ok(()),
-            Trust::Unloaded if self.store.gate_loaded(code).await? != Some(true) => Ok(()),
-            Trust::Unloaded => match events.in_flight(code).await {
+            Trust::Unloaded if !self.may_hold(unit).await? => Ok(()),
+            Trust::Unloaded => match events.in_flight(&key).await {
                 Ok(0) => Ok(()),
                 _ => Err(FromGateError::Pending),
             },
             Trust::Suspect { replid } => {
                 // A lost grant's event may still be in its send for up to one send timeout
                 // after the failover: counted from when the suspicion was first noticed.
-                let waited = self.gate.suspect_for(code, &replid).await?;
+                let waited = self.gate.suspect_for(unit, &replid).await?;
                 if waited.is_none_or(|w| w < events.send_timeout()) {
                     return Err(FromGateError::Pending);
                 }
-                if !matches!(events.in_flight(code).await, Ok(0)) {
+                if !matches!(events.in_flight(&key).await, Ok(0)) {
                     return Err(FromGateError::Pending);
                 }
-                if self.gate.trust_again(code, &replid).await? {
+                if self.gate.trust_again(unit, &replid).await? {
                     tracing::info!(
-                        code = code.as_str(),
+                        code = %unit,
                         "the gate is trusted again: the grants made before Redis changed hands have landed"
                     );
                 }
@@ -472,17 +504,35 @@ impl Flash {
         }
     }
 
-    /// Mode B: the orders the gate granted that may not be in Postgres yet, the
-    /// [`PENDING_STEP`](crate::gate::PENDING_STEP) oldest and how many there are in all (None:
-    /// mode A, or the gate did not answer, and the view shows what Postgres holds). Read before
+    /// May the gate hold `unit` (loaded, and not retired since)? One it never held has sent no
+    /// event.
+    async fn may_hold(&self, unit: Unit<'_>) -> Result<bool, StoreError> {
+        let held = match unit {
+            Unit::Voucher(code) => self.store.gate_loaded(code).await?,
+            Unit::Campaign(id) => self.store.campaign_gate_loaded(id).await?,
+        };
+        Ok(held == Some(true))
+    }
+
+    /// Mode B: the orders `unit`'s gate granted that may not be in Postgres yet, the
+    /// [`PENDING_STEP`](crate::gate::PENDING_STEP) oldest as (code, orderId) and how many there are in all (None: mode A,
+    /// or the gate did not answer, and the view shows what Postgres holds). Read before
     /// Postgres is, so that an order granted before this read is either still pending here or
     /// already in Postgres' later snapshot: counted once (see [`Reservations::voucher`]).
-    pub(super) async fn pending(&self, code: &VoucherCode) -> Option<(Vec<String>, usize)> {
+    pub(super) async fn pending(&self, unit: Unit<'_>) -> Option<Pending> {
         self.events.as_ref()?;
-        match self.gate.pending(code).await {
-            Ok((oldest, all)) => Some((oldest.into_iter().map(|(order, _)| order).collect(), all)),
+        match self.gate.pending(unit).await {
+            Ok((oldest, all)) => Some(Pending {
+                orders: oldest
+                    .iter()
+                    .filter_map(|(field, _)| unit.split(field))
+                    .map(|(code, order)| (code.to_owned(), order.to_owned()))
+                    .collect(),
+                campaign: unit.campaign().is_some(),
+                all,
+            }),
             Err(e) => {
-                tracing::warn!(code = code.as_str(), error = %Chain(&e), "uses in flight not counted in the view");
+                tracing::warn!(code = %unit, error = %Chain(&e), "uses in flight not counted in the view");
                 None
             }
         }

@@ -40,6 +40,15 @@ pub use warmup::{Warmed, Warmup};
 /// Most voucher kinds a process keeps (about 100 bytes each).
 const KINDS_KEPT: usize = 100_000;
 
+/// The key of the events a gate grants (`ReservedEvent::key`), for the transport's count of
+/// those in flight: a voucher's code, or its flash-sale campaign's key.
+fn event_key(unit: Unit<'_>) -> std::borrow::Cow<'_, str> {
+    match unit {
+        Unit::Voucher(code) => code.as_str().into(),
+        Unit::Campaign(id) => crate::events::campaign_key(id).into(),
+    }
+}
+
 /// The clients the reservation service runs on, built once per process (see `App::new`).
 #[derive(Clone)]
 pub struct Parts {
@@ -105,10 +114,13 @@ impl Reservations {
     /// on their way count too (as reserved), so the view agrees with the 201s given.
     pub async fn voucher(&self, code: &VoucherCode) -> Result<VoucherView, GetVoucherError> {
         let pending = match self.kind(code).await? {
-            Some(kind) if kind.flash_sale => self.flash.pending(code).await,
+            Some(kind) if kind.flash_sale => {
+                let place = Place::of(code, kind.flash_campaign());
+                self.flash.pending(place.unit).await
+            }
             _ => None,
         };
-        let (ids, all) = pending.unwrap_or_default();
+        let (ids, all) = pending.map(|p| p.of_code(code)).unwrap_or_default();
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         let (mut view, landed) = self.store.voucher_and_landed(code, &ids).await?;
         if view.flash_sale {
@@ -133,7 +145,8 @@ impl Reservations {
     ) -> Result<ReservationView, GetReservationError> {
         match self.store.reservation(code, order_id).await {
             Err(GetReservationError::NotFound) if self.flash.mode_b() => {
-                match self.flash.held_in_gate(code, order_id).await? {
+                let campaign = self.kind(code).await?.and_then(|k| k.flash_campaign());
+                match self.flash.held_in_gate(code, campaign, order_id).await? {
                     Some(held) => Ok(held),
                     // Not held: the event may have landed while we looked at the gate.
                     None => self.store.reservation(code, order_id).await,
@@ -227,7 +240,12 @@ impl Reservations {
             // Mode B: the reserved event may not have landed yet; the gate knows the order.
             None => match self
                 .flash
-                .merge_from_gate(code, order_id, Status::Confirmed)
+                .merge_from_gate(
+                    code,
+                    self.kind(code).await?.and_then(|k| k.flash_campaign()),
+                    order_id,
+                    Status::Confirmed,
+                )
                 .await?
             {
                 Some(merged) => merged.row.ok_or(ConfirmError::Released)?,
@@ -264,7 +282,7 @@ impl Reservations {
             // Mode B: released before its reserved event landed.
             None => match self
                 .flash
-                .merge_from_gate(code, order_id, Status::Released)
+                .merge_from_gate(code, campaign, order_id, Status::Released)
                 .await?
             {
                 Some(merged) => merged,

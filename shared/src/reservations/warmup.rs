@@ -3,7 +3,7 @@
 //! `SET NX` lock whose token is checked when it is released; the others wait for it briefly.
 //!
 //! The gate is loaded with `total_limit` less the uses Postgres holds, never `total_limit`, and in mode B never
-//! while events of the voucher may be in flight: Postgres does not count them yet, so their uses
+//! while events of the voucher (or campaign) may be in flight: Postgres does not count them yet, so their uses
 //! would be handed out twice.
 
 use std::sync::Arc;
@@ -109,14 +109,28 @@ impl Warmup {
         Ok(false)
     }
 
+    /// Mode B, a gate held before and lost: loading must wait while one of its grants may still
+    /// be on its way (its events share one key: a campaign's codes' too). Postgres does not count
+    /// those uses yet, and the gate's own count of them went with its data, so the transport's
+    /// count stands in (the key's partition's lag, the queue's depth), once at least one send
+    /// timeout has passed since the loss was first noticed (a grant made just before it may
+    /// still be in its send).
+    async fn wait_for_lost_grants(&self, unit: Unit<'_>) -> Result<(), WarmupError> {
+        let Some(events) = &self.events else {
+            return Ok(());
+        };
+        if self.gate.lost_for(unit).await? < events.send_timeout()
+            || events.in_flight(&super::event_key(unit)).await? > 0
+        {
+            return Err(WarmupError::EventsInFlight);
+        }
+        Ok(())
+    }
+
     /// Under the lock, as [`Warmup::load`]: the campaign's rules, counters and customers, and
     /// the uses each code holds, read in one snapshot and written in one script. A sale that
-    /// has ended is not loaded into a gate that does not hold it.
-    ///
-    /// Mode B is not built for campaigns' gates: a campaign's events would be keyed by code,
-    /// spread over partitions whose lag this does not read, so a campaign the gate held and lost
-    /// could not be loaded again safely. In mode B, Postgres decides a flash campaign's codes
-    /// and nothing is loaded.
+    /// has ended is not loaded into a gate that does not hold it. In mode B, a campaign the
+    /// gate held and lost waits for its events in flight, as a voucher does.
     async fn load_campaign(&self, id: i64) -> Result<bool, WarmupError> {
         // The cheap checks first, without the walk of the codes.
         let state = self
@@ -127,10 +141,8 @@ impl Warmup {
         if !state.flash_sale {
             return Err(WarmupError::NotFlashSale);
         }
-        if self.events.is_some() {
-            // Mode B: Postgres decides a campaign's codes for now (`Flash::decide`); a gate
-            // copy would only drift from it.
-            return Ok(false);
+        if state.gate_loaded {
+            self.wait_for_lost_grants(Unit::Campaign(id)).await?;
         }
         if !state.gate_loaded {
             if state.ends_at <= Utc::now() {
@@ -182,10 +194,7 @@ impl Warmup {
     ///
     /// Mode B: a voucher the gate never held (or retired) has no event on the way, and loads at
     /// once, whatever other vouchers' sales are sending. One the gate held before and lost
-    /// (Redis lost its data) may: Postgres does not count those uses yet, and the voucher's own
-    /// count of them went with the gate, so the transport's count stands in (its partition's
-    /// lag, the queue's depth) until they have landed, and at least one send timeout has passed
-    /// since the loss was first noticed (a grant made just before it may still be in its send).
+    /// (Redis lost its data) may, and waits ([`Warmup::wait_for_lost_grants`]).
     ///
     /// A sale that has ended is not loaded into a gate that does not hold it: Postgres answers
     /// for it (false, nothing loaded). The mark is written before the load, so a load that dies
@@ -196,14 +205,8 @@ impl Warmup {
             .gate_loaded(code)
             .await?
             .ok_or(WarmupError::NotFound)?;
-        if let (Some(events), true) = (&self.events, held_before) {
-            // A grant lost with the data may still be in its send for up to one send timeout
-            // after the loss: counted from when the loss was first noticed.
-            if self.gate.lost_for(code).await? < events.send_timeout()
-                || events.in_flight(code).await? > 0
-            {
-                return Err(WarmupError::EventsInFlight);
-            }
+        if held_before {
+            self.wait_for_lost_grants(Unit::Voucher(code)).await?;
         }
         let source = self
             .store

@@ -78,6 +78,7 @@ fn campaign_view(row: &tokio_postgres::Row) -> CampaignView {
         per_user_limit: row.get::<_, Option<i32>>("per_user_limit").map(i64::from),
         code_count: row.get("code_count"),
         used_count: row.get("used"),
+        in_flight_count: 0,
         budget: budget_amount.map(|amount| Budget::of(amount, row.get("budget_used"))),
         created_at: row.get("created_at"),
     }
@@ -197,20 +198,37 @@ impl Store {
         .await
     }
 
-    pub async fn campaign(&self, id: i64) -> Result<CampaignView, CampaignError> {
+    /// The campaign's view, and in the same snapshot how many of `orders` (code, orderId) have
+    /// their rows (mode B: the orders its gate had in flight, read before).
+    pub async fn campaign(
+        &self,
+        id: i64,
+        orders: &[(String, String)],
+    ) -> Result<(CampaignView, usize), CampaignError> {
         timed(Dependency::Postgres, "campaign", async {
+            let (codes, order_ids): (Vec<&str>, Vec<&str>) =
+                orders.iter().map(|(c, o)| (c.as_str(), o.as_str())).unzip();
             let rows = self
                 .client()
                 .await?
                 .query_typed(
-                    &format!("{CAMPAIGN_VIEW} WHERE g.id = $1"),
-                    &[(&id, Type::INT8)],
+                    &format!(
+                        "SELECT view.*,
+                                (SELECT count(*) FROM redemption r
+                                  WHERE (r.voucher_code, r.order_id) IN
+                                        (SELECT * FROM unnest($2::text[], $3::text[]))) AS landed
+                           FROM ({CAMPAIGN_VIEW} WHERE g.id = $1) view"
+                    ),
+                    &[
+                        (&id, Type::INT8),
+                        (&codes, Type::TEXT_ARRAY),
+                        (&order_ids, Type::TEXT_ARRAY),
+                    ],
                 )
                 .await
                 .map_err(StoreError::from)?;
-            rows.first()
-                .map(campaign_view)
-                .ok_or(CampaignError::NotFound(id))
+            let row = rows.first().ok_or(CampaignError::NotFound(id))?;
+            Ok((campaign_view(row), row.get::<_, i64>("landed") as usize))
         })
         .await
     }

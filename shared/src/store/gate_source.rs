@@ -299,4 +299,17 @@ impl Store {
             .await?;
         Ok(rows.first().map(|r| r.get(0)))
     }
+
+    /// May the gate hold this flash-sale campaign? None: no such campaign.
+    pub async fn campaign_gate_loaded(&self, id: i64) -> Result<Option<bool>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT gate_loaded FROM campaign WHERE id = $1",
+                &[(&id, Type::INT8)],
+            )
+            .await?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
 }

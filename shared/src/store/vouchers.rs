@@ -42,17 +42,26 @@ pub struct VoucherState {
 
 /// The rules some events were granted under: each voucher's current rules, and the earlier
 /// versions that `voucher_rules` still keeps among those asked for (every kept one of a voucher
-/// asked for without a version).
+/// asked for without a version). A campaign's code has its campaign's rules and versions
+/// (`campaign_rules`).
 #[derive(Debug, Default)]
 pub struct Grants {
     current: HashMap<String, GrantRules>,
     past: HashMap<(String, i64), GrantRules>,
+    /// The campaign of each code asked for that is a campaign's.
+    campaigns: HashMap<String, i64>,
 }
 
 impl Grants {
     /// Whether the voucher exists.
     pub fn knows(&self, code: &str) -> bool {
         self.current.contains_key(code)
+    }
+
+    /// The campaign `code` belongs to (None: a voucher of its own), whose rules and versions
+    /// are the code's.
+    pub fn campaign(&self, code: &str) -> Option<i64> {
+        self.campaigns.get(code).copied()
     }
 
     /// The rules of `code` at `version`. None: no such voucher, or no such version kept (never
@@ -101,13 +110,15 @@ pub enum PatchOutcome {
 /// `fg_merge` keeps on the voucher's slots (at most 64 rows), so a view costs the same after a
 /// million uses as after none.
 ///
-/// A campaign's code shows its campaign's window and pause, which are the ones that count.
+/// A campaign's code shows its campaign's window and pause, which are the ones that count, and
+/// is flash-sale when its campaign is (its own row says false: see V19).
 const VOUCHER_VIEW: &str = "
     SELECT v.code, v.discount_amount, v.discount_percent, v.max_discount_amount,
            v.min_order_amount, v.total_limit, v.per_user_limit,
            COALESCE(g.starts_at, v.starts_at) AS starts_at,
            COALESCE(g.ends_at, v.ends_at) AS ends_at,
-           v.flash_sale, COALESCE(g.active, v.active) AS active, v.reservation_ttl_seconds,
+           v.flash_sale OR COALESCE(g.flash_sale, false) AS flash_sale,
+           COALESCE(g.active, v.active) AS active, v.reservation_ttl_seconds,
            v.counter_slots, v.campaign_id,
            n.used, n.used - n.confirmed AS reserved, n.confirmed, n.revoked,
            b.amount AS budget_amount, b.used AS budget_used
@@ -400,12 +411,21 @@ impl Store {
                 .client()
                 .await?
                 .query_typed(
-                    "SELECT v.code, v.version, v.discount_amount, v.discount_percent,
-                            v.max_discount_amount, v.min_order_amount, v.starts_at, v.ends_at,
-                            v.active, v.reservation_ttl_seconds, NULL::timestamptz AS superseded_at
-                       FROM voucher v WHERE v.code = ANY($1)
+                    // A campaign's code is granted under its campaign's rules and version
+                    // (the campaign's history is `campaign_rules`, V20).
+                    "SELECT v.code, NULL::int8 AS campaign_id, v.version, v.discount_amount,
+                            v.discount_percent, v.max_discount_amount, v.min_order_amount,
+                            v.starts_at, v.ends_at, v.active, v.reservation_ttl_seconds,
+                            NULL::timestamptz AS superseded_at
+                       FROM voucher v WHERE v.code = ANY($1) AND v.campaign_id IS NULL
                      UNION ALL
-                     SELECT h.voucher_code, h.version, h.discount_amount, h.discount_percent,
+                     SELECT v.code, g.id, g.version, g.discount_amount, g.discount_percent,
+                            g.max_discount_amount, g.min_order_amount, g.starts_at, g.ends_at,
+                            g.active, g.reservation_ttl_seconds, NULL
+                       FROM voucher v JOIN campaign g ON g.id = v.campaign_id
+                      WHERE v.code = ANY($1)
+                     UNION ALL
+                     SELECT h.voucher_code, NULL, h.version, h.discount_amount, h.discount_percent,
                             h.max_discount_amount, h.min_order_amount, h.starts_at, h.ends_at,
                             h.active, v.reservation_ttl_seconds, h.superseded_at
                        FROM voucher_rules h JOIN voucher v ON v.code = h.voucher_code
@@ -413,7 +433,16 @@ impl Store {
                             (SELECT * FROM unnest($1::text[], $2::int8[]))
                          OR h.voucher_code IN
                             (SELECT c FROM unnest($1::text[], $2::int8[]) AS a(c, v)
-                              WHERE v IS NULL)",
+                              WHERE v IS NULL)
+                     UNION ALL
+                     SELECT v.code, g.id, h.version, g.discount_amount, g.discount_percent,
+                            g.max_discount_amount, g.min_order_amount, h.starts_at, h.ends_at,
+                            h.active, g.reservation_ttl_seconds, h.superseded_at
+                       FROM unnest($1::text[], $2::int8[]) AS a(c, ver)
+                       JOIN voucher v ON v.code = a.c
+                       JOIN campaign g ON g.id = v.campaign_id
+                       JOIN campaign_rules h
+                         ON h.campaign_id = g.id AND (a.ver IS NULL OR h.version = a.ver)",
                     &[(&codes, Type::TEXT_ARRAY), (&versions, Type::INT8_ARRAY)],
                 )
                 .await?;
@@ -437,6 +466,9 @@ impl Store {
                         .map(|t| t.timestamp_millis()),
                 };
                 let code: String = row.get("code");
+                if let Some(campaign) = row.get::<_, Option<i64>>("campaign_id") {
+                    grants.campaigns.insert(code.clone(), campaign);
+                }
                 match rules.superseded_at_ms {
                     None => grants.current.insert(code, rules),
                     Some(_) => grants.past.insert((code, rules.version), rules),

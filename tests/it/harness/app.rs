@@ -516,12 +516,11 @@ impl TestApp {
         let Some(events) = self.app.events() else {
             return;
         };
-        let parsed = voucher_code(code);
         super::wait_for(
             &format!("the events of {code} to land"),
             Duration::from_secs(30),
             async || {
-                events.in_flight(&parsed).await.is_ok_and(|n| n == 0)
+                events.in_flight(code).await.is_ok_and(|n| n == 0)
                     && self.gate_pending(code).await == 0
             },
         )
@@ -585,6 +584,30 @@ impl TestApp {
     }
 
     /// Orders the gate holds that Postgres has not confirmed to it yet.
+    /// Mode B: waits until every event of the flash-sale campaign `id` has landed (nothing in
+    /// flight for its key, nothing pending in its gate). Nothing to wait for in mode A.
+    pub async fn settle_campaign(&self, id: i64) {
+        let Some(events) = self.app.events() else {
+            return;
+        };
+        let key = shared::events::campaign_key(id);
+        let pending = Keys::campaign(&self.key_prefix(), id).pending;
+        super::wait_for(
+            &format!("the events of campaign {id} to land"),
+            Duration::from_secs(30),
+            async || {
+                let mut r = self.redis().await;
+                let left: i64 = redis::cmd("ZCARD")
+                    .arg(&pending)
+                    .query_async(&mut r)
+                    .await
+                    .unwrap();
+                events.in_flight(&key).await.is_ok_and(|n| n == 0) && left == 0
+            },
+        )
+        .await;
+    }
+
     pub async fn gate_pending(&self, code: &str) -> i64 {
         let mut r = self.redis().await;
         redis::cmd("ZCARD")

@@ -40,7 +40,7 @@ pub fn reserved_event(code: &str, customer: i64, order: &str, reserved_ms: i64) 
         expires_ms: reserved_ms + 60_000,
         discount: 10,
     };
-    ReservedEvent::new(&reserve_req(code, customer, order), held, None)
+    ReservedEvent::new(&reserve_req(code, customer, order), held, None, None)
 }
 
 /// Settings made of exactly these variables (the last of a name wins), as if they were the

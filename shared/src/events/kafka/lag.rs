@@ -1,4 +1,4 @@
-//! Events in flight for a voucher: its partition's high watermark less the consumer group's
+//! Events in flight for a gate (a voucher's, a flash-sale campaign's): its key's partition's high watermark less the consumer group's
 //! committed offset there, plus what this process has produced and not yet had acknowledged.
 
 use std::sync::atomic::Ordering;
@@ -9,14 +9,13 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::client::blocking;
 use super::{kafka, Kafka, BROKER};
-use crate::domain::VoucherCode;
 use crate::events::{bounded, EventError};
 
 impl Kafka {
-    /// Records of `code`'s partition not yet committed by the consumer group, plus records this
+    /// Records of `key`'s partition not yet committed by the consumer group, plus records this
     /// process has produced that the brokers have not acknowledged.
-    pub(super) async fn lag(&self, code: &VoucherCode) -> Result<u64, EventError> {
-        let partition = self.partition_of(code.as_str()).await?;
+    pub(super) async fn lag(&self, key: &str) -> Result<u64, EventError> {
+        let partition = self.partition_of(key).await?;
         let unacknowledged = self.unacknowledged.load(Ordering::Acquire);
         let (observer, topic, timeout) = (
             self.observer.clone(),

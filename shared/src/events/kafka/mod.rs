@@ -1,13 +1,13 @@
 //! Kafka (Amazon MSK, or any Kafka-protocol broker): `voucher-reserved` events on one topic,
-//! keyed by voucher code.
+//! keyed by gate: a voucher's code, or `campaign:ID` for every code of a flash-sale campaign.
 //!
 //! - **Partitioning.** The partition is computed here, not by the client library:
-//!   `murmur2(code) % partitions`, the hash Kafka's Java clients use. The warm-up has to know
-//!   which partition may still hold a voucher's events, so the producer and the lag reader must
+//!   `murmur2(key) % partitions`, the hash Kafka's Java clients use. The warm-up has to know
+//!   which partition may still hold a gate's events, so the producer and the lag reader must
 //!   agree, and a partitioner configured elsewhere could silently disagree.
 //! - **Producing.** Idempotent, `acks=all`, each send bounded by `EVENTS_TIMEOUT_MS`: past it
 //!   the reserve answers 503 and the order stays pending in the gate for the orphan sweep.
-//! - **In flight.** The voucher's partition's high watermark less the consumer group's committed
+//! - **In flight.** The key's partition's high watermark less the consumer group's committed
 //!   offset there, plus what this process has produced and not yet had acknowledged. The group
 //!   commits only after Postgres did, so a lag of zero means every event of that partition has
 //!   landed.
@@ -48,7 +48,6 @@ use rdkafka::producer::{FutureProducer, Producer as _};
 
 use super::{EventError, ReservedEvent, Sink, Transport};
 use crate::config::KafkaSettings;
-use crate::domain::VoucherCode;
 use client::{blocking, client_config, Context};
 
 pub use msk::KafkaBatchError;
@@ -122,8 +121,8 @@ impl Transport for Kafka {
         self.timeout
     }
 
-    fn in_flight<'a>(&'a self, code: &'a VoucherCode) -> BoxFuture<'a, Result<u64, EventError>> {
-        self.lag(code).boxed()
+    fn in_flight<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, EventError>> {
+        self.lag(key).boxed()
     }
 
     fn prepare(&self) -> BoxFuture<'_, Result<(), EventError>> {

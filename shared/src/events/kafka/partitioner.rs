@@ -1,4 +1,4 @@
-//! Which partition a voucher's events go to: computed here, not by the client library, so
+//! Which partition a gate's events go to: computed here, not by the client library, so
 //! that the producer and the lag reader agree (see the module documentation).
 
 use rdkafka::consumer::Consumer as _;
@@ -7,10 +7,10 @@ use super::client::blocking;
 use super::{kafka, Kafka, BROKER};
 use crate::events::EventError;
 
-/// The partition of a voucher's events: Kafka's default partitioner for a keyed record
-/// (`toPositive(murmur2(key)) % partitions`).
-pub fn partition_for(code: &str, partitions: i32) -> i32 {
-    (murmur2(code.as_bytes()) & 0x7fff_ffff) as i32 % partitions.max(1)
+/// The partition of a gate's events (`key`: `ReservedEvent::key`): Kafka's default
+/// partitioner for a keyed record (`toPositive(murmur2(key)) % partitions`).
+pub fn partition_for(key: &str, partitions: i32) -> i32 {
+    (murmur2(key.as_bytes()) & 0x7fff_ffff) as i32 % partitions.max(1)
 }
 
 /// Kafka's murmur2 (`org.apache.kafka.common.utils.Utils.murmur2`), seed 0x9747b28c.

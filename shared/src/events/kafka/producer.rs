@@ -43,10 +43,11 @@ impl Kafka {
     }
 
     pub(super) async fn produce(&self, event: &ReservedEvent) -> Result<(), EventError> {
-        let partition = self.partition_of(&event.code).await?;
+        let key = event.key();
+        let partition = self.partition_of(&key).await?;
         let body = event.to_json();
         let record = FutureRecord::to(&self.settings.topic)
-            .key(&event.code)
+            .key(key.as_ref())
             .payload(&body)
             .partition(partition);
         self.send_record(record).await
