@@ -181,6 +181,16 @@ impl Consumer {
                 Err(_) => Err(ConsumeError::Panicked),
             };
         }
+        // Postgres has the rows now: their orders are no longer pending in their gates. One
+        // removal per gate for the batch, not a round trip per event.
+        self.gate
+            .settled_many_best_effort(
+                events
+                    .iter()
+                    .filter(|(i, _, _)| answers[*i].is_ok())
+                    .map(|(_, code, e)| (Place::of(code, e.campaign_id), e.order_id.as_str())),
+            )
+            .await;
         record_landed(&events, &answers);
         answers
     }
@@ -248,7 +258,8 @@ impl Consumer {
         Ok(())
     }
 
-    /// What one event's merge came to, and the gate told about it.
+    /// What one event's merge came to, and the gate told of a revocation (the batch's orders
+    /// are settled together after).
     async fn landed(
         &self,
         code: &VoucherCode,
@@ -276,10 +287,6 @@ impl Consumer {
             }
             _ => Consumed::Unchanged,
         };
-        // Postgres has the row now: the order is no longer pending in the gate.
-        self.gate
-            .settled_best_effort(Place::of(code, e.campaign_id), &e.order_id)
-            .await;
         Ok(consumed)
     }
 

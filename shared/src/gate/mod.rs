@@ -749,6 +749,34 @@ impl Gate {
         Ok(())
     }
 
+    /// [`Gate::settled`] for a batch of orders (the consumer's): one `ZREM` per gate with all of
+    /// its orders, the gates' at once, instead of a round trip per order. Best effort, as
+    /// [`Gate::settled_best_effort`].
+    pub async fn settled_many_best_effort<'u>(
+        &self,
+        orders: impl IntoIterator<Item = (Place<'u>, &'u str)>,
+    ) {
+        let mut by_unit: Vec<(Unit<'u>, Vec<String>)> = Vec::new();
+        for (at, order_id) in orders {
+            let field = at.field(order_id).into_owned();
+            // A batch touches a handful of gates (one, in a sale): a walk beats a hash.
+            match by_unit.iter_mut().find(|(unit, _)| *unit == at.unit) {
+                Some((_, fields)) => fields.push(field),
+                None => by_unit.push((at.unit, vec![field])),
+            }
+        }
+        let removals = by_unit.into_iter().map(|(unit, fields)| async move {
+            let pending = self.keys(unit).pending;
+            let removed = self
+                .query::<i64>("settled", redis::cmd("ZREM").arg(&pending).arg(&fields))
+                .await;
+            if let Err(e) = removed {
+                tracing::warn!(code = %unit, orders = fields.len(), error = %crate::telemetry::Chain(&e), "pending not cleared");
+            }
+        });
+        futures::future::join_all(removals).await;
+    }
+
     /// [`Gate::settled`] where a failure only delays the clean-up: it is logged, and the
     /// sweeper clears the mark later (it finds the row).
     pub async fn settled_best_effort<'u>(&self, at: impl Into<Place<'u>>, order_id: &str) {
