@@ -403,6 +403,24 @@ async fn redis_emptied_with_events_in_flight_never_over_allocates_and_counts_rev
     );
 }
 
+/// `events` through the consumer in one batch: each one's outcome (`Applied`, ...) or, for
+/// poison, its reason.
+async fn consumed(app: &TestApp, events: &[&ReservedEvent]) -> Vec<String> {
+    let bodies: Vec<String> = events.iter().map(|e| e.to_json()).collect();
+    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    app.app
+        .consumer()
+        .consume_all(&refs)
+        .await
+        .iter()
+        .map(|a| match a {
+            Ok(consumed) => format!("{consumed:?}"),
+            Err(shared::consumer::ConsumeError::Poison(why)) => why.clone(),
+            Err(e) => panic!("{e:?}"),
+        })
+        .collect()
+}
+
 /// The consumer lands a use only as the rules that granted it would have: each event is checked
 /// against the voucher's version the gate stamped on it, the current one or one a change
 /// superseded shortly before. A forged discount, an unknown version, a use while the voucher was
@@ -464,28 +482,19 @@ async fn an_event_lands_only_as_the_rules_that_granted_it_would_have() {
     unstamped.order_id = "unstamped".into();
     unstamped.rules_version = None;
 
-    let bodies: Vec<String> = [
-        &v1,
-        &v2,
-        &forged,
-        &unknown_version,
-        &outside,
-        &paused,
-        &unstamped,
-    ]
-    .iter()
-    .map(|e| e.to_json())
-    .collect();
-    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
-    let answers = app.app.consumer().consume_all(&refs).await;
-    let reasons: Vec<String> = answers
-        .iter()
-        .map(|a| match a {
-            Ok(consumed) => format!("{consumed:?}"),
-            Err(shared::consumer::ConsumeError::Poison(why)) => why.clone(),
-            Err(e) => panic!("{e:?}"),
-        })
-        .collect();
+    let reasons = consumed(
+        &app,
+        &[
+            &v1,
+            &v2,
+            &forged,
+            &unknown_version,
+            &outside,
+            &paused,
+            &unstamped,
+        ],
+    )
+    .await;
     assert_eq!(&reasons[..2], ["Applied", "Applied"], "{reasons:?}");
     assert_eq!(reasons[6], "Applied", "{reasons:?}");
     for (reason, field) in
@@ -601,30 +610,18 @@ async fn a_campaign_codes_event_lands_only_under_its_campaigns_rules_and_name() 
     let mut unstamped = other("EC-4", 4, "unstamped");
     unstamped.rules_version = None;
 
-    let bodies: Vec<String> = [
-        &v1,
-        &paused,
-        &unknown_version,
-        &no_campaign,
-        &another_campaign,
-        &unstamped,
-    ]
-    .iter()
-    .map(|e| e.to_json())
-    .collect();
-    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
-    let reasons: Vec<String> = app
-        .app
-        .consumer()
-        .consume_all(&refs)
-        .await
-        .iter()
-        .map(|a| match a {
-            Ok(consumed) => format!("{consumed:?}"),
-            Err(shared::consumer::ConsumeError::Poison(why)) => why.clone(),
-            Err(e) => panic!("{e:?}"),
-        })
-        .collect();
+    let reasons = consumed(
+        &app,
+        &[
+            &v1,
+            &paused,
+            &unknown_version,
+            &no_campaign,
+            &another_campaign,
+            &unstamped,
+        ],
+    )
+    .await;
     assert_eq!(
         (reasons[0].as_str(), reasons[5].as_str()),
         ("Applied", "Applied"),
