@@ -1,7 +1,7 @@
 //! SQS: one queue of `voucher-reserved` events (`EVENTS_QUEUE_URL`).
 //!
-//! On a FIFO queue the voucher code is the message group (events of one voucher keep their
-//! order) and `code:orderId` the deduplication id; on a standard queue order and duplicates do
+//! On a FIFO queue the event's key (`ReservedEvent::key`: the voucher code, or a flash-sale
+//! campaign's) is the message group (events of one gate keep their order) and `code:orderId` the deduplication id; on a standard queue order and duplicates do
 //! not matter either, since the consumer merges on the lattice.
 
 use std::sync::Arc;

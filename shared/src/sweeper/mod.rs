@@ -19,7 +19,7 @@
 //!    visit only what the gate may hold;
 //! 5. **warm-up**: flash vouchers whose sale starts within the lead are loaded;
 //! 6. **forget**: rules a change superseded more than [`RULES_KEPT`] ago leave `voucher_rules`
-//!    (mode B's consumer checks an event against the rules that granted it; no queue keeps an
+//!    and `campaign_rules` (mode B's consumer checks an event against the rules that granted it; no queue keeps an
 //!    event longer), a bounded batch a run.
 //!
 //! The local server runs it every `SWEEP_INTERVAL_SECONDS`, the `sweeper` Lambda on a schedule,

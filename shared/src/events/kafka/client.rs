@@ -69,7 +69,7 @@ pub(super) fn client_config(s: &KafkaSettings) -> ClientConfig {
         .set("socket.nagle.disable", "true")
         // Topics are created with their partition count by `prepare`, never by a client that
         // names one: a topic made on the fly would have the broker's default count, and every
-        // voucher's partition would move.
+        // gate's partition would move.
         .set("allow.auto.create.topics", "false");
     match s.auth {
         KafkaAuth::None => {}

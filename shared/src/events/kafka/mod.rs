@@ -19,7 +19,7 @@
 //!   expects, signed from the process's AWS credentials; `tls` is TLS alone.
 //!
 //! One concept a file:
-//! - `partitioner.rs`: the partition of a voucher's events, and the topic's partition count.
+//! - `partitioner.rs`: the partition of a gate's events, and the topic's partition count.
 //! - `client.rs`: what every client shares (settings, the IAM token context, blocking calls),
 //!   and the topics' creation.
 //! - `producer.rs`: the idempotent producer, its sends, and the dead-letter topic.

@@ -1,5 +1,5 @@
 //! Producing: idempotent, `acks=all`, each send bounded by `EVENTS_TIMEOUT_MS`; the events to
-//! their voucher's partition, and what can never land to the dead-letter topic.
+//! their gate's partition (a voucher's, or a flash-sale campaign's), and what can never land to the dead-letter topic.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
