@@ -2,7 +2,7 @@
 //! in one snapshot.
 
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::rows::voucher_rules;
 use super::Store;
@@ -250,66 +250,73 @@ impl Store {
         .await
     }
 
-    /// Marks the campaign as one the gate may hold, before it is loaded (V19).
-    pub async fn mark_campaign_gate_loaded(&self, id: i64) -> Result<(), StoreError> {
-        self.client()
-            .await?
-            .query_typed(
-                "UPDATE campaign SET gate_loaded = true WHERE id = $1 AND NOT gate_loaded",
-                &[(&id, Type::INT8)],
-            )
-            .await?;
-        Ok(())
-    }
-
     /// Marks the voucher as one the gate may hold, before it is loaded. See
     /// `migrations/V9__gate_loaded.sql`.
     pub async fn mark_gate_loaded(&self, code: &VoucherCode) -> Result<(), StoreError> {
-        self.client()
-            .await?
-            .query_typed(
-                "UPDATE voucher SET gate_loaded = true WHERE code = $1 AND NOT gate_loaded",
-                &[(&code.as_str(), Type::TEXT)],
-            )
-            .await?;
-        Ok(())
+        self.gate_flag(
+            "UPDATE voucher SET gate_loaded = true WHERE code = $1 AND NOT gate_loaded",
+            (&code.as_str(), Type::TEXT),
+        )
+        .await
+        .map(drop)
     }
 
     /// The sweeper retired the voucher from the gate (or is about to): unmarked.
     pub async fn unmark_gate_loaded(&self, code: &VoucherCode) -> Result<(), StoreError> {
-        self.client()
-            .await?
-            .query_typed(
-                "UPDATE voucher SET gate_loaded = false WHERE code = $1 AND gate_loaded",
-                &[(&code.as_str(), Type::TEXT)],
-            )
-            .await?;
-        Ok(())
+        self.gate_flag(
+            "UPDATE voucher SET gate_loaded = false WHERE code = $1 AND gate_loaded",
+            (&code.as_str(), Type::TEXT),
+        )
+        .await
+        .map(drop)
     }
 
     /// May the gate hold this voucher (loaded, and not retired since)? None: no such voucher.
     pub async fn gate_loaded(&self, code: &VoucherCode) -> Result<Option<bool>, StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT gate_loaded FROM voucher WHERE code = $1",
-                &[(&code.as_str(), Type::TEXT)],
-            )
-            .await?;
-        Ok(rows.first().map(|r| r.get(0)))
+        self.gate_flag(
+            "SELECT gate_loaded FROM voucher WHERE code = $1",
+            (&code.as_str(), Type::TEXT),
+        )
+        .await
+    }
+
+    /// Marks the campaign as one the gate may hold, before it is loaded (V19).
+    pub async fn mark_campaign_gate_loaded(&self, id: i64) -> Result<(), StoreError> {
+        self.gate_flag(
+            "UPDATE campaign SET gate_loaded = true WHERE id = $1 AND NOT gate_loaded",
+            (&id, Type::INT8),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The campaign is no longer held by the gate (retired, or lost long ago).
+    pub async fn unmark_campaign_gate_loaded(&self, id: i64) -> Result<(), StoreError> {
+        self.gate_flag(
+            "UPDATE campaign SET gate_loaded = false WHERE id = $1 AND gate_loaded",
+            (&id, Type::INT8),
+        )
+        .await
+        .map(drop)
     }
 
     /// May the gate hold this flash-sale campaign? None: no such campaign.
     pub async fn campaign_gate_loaded(&self, id: i64) -> Result<Option<bool>, StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query_typed(
-                "SELECT gate_loaded FROM campaign WHERE id = $1",
-                &[(&id, Type::INT8)],
-            )
-            .await?;
+        self.gate_flag(
+            "SELECT gate_loaded FROM campaign WHERE id = $1",
+            (&id, Type::INT8),
+        )
+        .await
+    }
+
+    /// One statement on one voucher's or campaign's `gate_loaded` flag, keyed by `key`: the
+    /// flag it reads (None: no row, or a write).
+    async fn gate_flag(
+        &self,
+        sql: &'static str,
+        key: (&(dyn ToSql + Sync), Type),
+    ) -> Result<Option<bool>, StoreError> {
+        let rows = self.client().await?.query_typed(sql, &[key]).await?;
         Ok(rows.first().map(|r| r.get(0)))
     }
 }

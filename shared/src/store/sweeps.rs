@@ -224,18 +224,6 @@ impl Store {
         .await
     }
 
-    /// The campaign is no longer held by the gate (retired, or lost long ago).
-    pub async fn unmark_campaign_gate_loaded(&self, id: i64) -> Result<(), StoreError> {
-        self.client()
-            .await?
-            .query_typed(
-                "UPDATE campaign SET gate_loaded = false WHERE id = $1 AND gate_loaded",
-                &[(&id, Type::INT8)],
-            )
-            .await?;
-        Ok(())
-    }
-
     /// Which of the orders `(code, orderId)` Postgres has a row for, and whether it is released
     /// (a gate's pending or held orders: a campaign's span its codes).
     pub async fn orders_among(
