@@ -668,7 +668,7 @@ async fn a_flash_campaigns_events_share_its_partition_and_its_orders_answer_befo
         .await;
     assert_eq!(status, StatusCode::CREATED, "{view}");
     let id = view["id"].as_i64().unwrap();
-    let key = shared::events::campaign_key(id);
+    let key = shared::domain::campaign_key(id);
     for (i, code) in codes.iter().enumerate() {
         let (status, body) = app.reserve(code, i as i64 + 1, "o", 5_000).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");

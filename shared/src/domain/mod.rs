@@ -45,9 +45,9 @@ mod voucher;
 
 pub use amounts::{amount, MAX_AMOUNT};
 pub use campaign::{
-    campaign_id, CampaignPatch, CampaignRules, CampaignView, CodeItem, CodePattern, CodeRng,
-    CreateCampaignRequest, NewCampaign, NewCodes, PatchCampaignRequest, CAMPAIGN_BODY_LIMIT,
-    DEFAULT_CHARSET, MAX_GENERATED, MAX_IMPORTED,
+    campaign_id, campaign_key, CampaignPatch, CampaignRules, CampaignView, CodeItem, CodePattern,
+    CodeRng, CreateCampaignRequest, NewCampaign, NewCodes, PatchCampaignRequest,
+    CAMPAIGN_BODY_LIMIT, DEFAULT_CHARSET, MAX_GENERATED, MAX_IMPORTED,
 };
 pub use discount::Discount;
 pub use grant::{Claim, GrantRules};

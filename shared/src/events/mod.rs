@@ -24,7 +24,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Claim, Held, Reserve};
+use crate::domain::{campaign_key, Claim, Held, Reserve};
 use crate::telemetry::metrics::{timed, Dependency};
 
 pub const EVENT_TYPE: &str = "voucher-reserved";
@@ -73,7 +73,7 @@ impl ReservedEvent {
     }
 
     /// What the event is keyed and partitioned by: its gate, the voucher's code or a flash-sale
-    /// campaign's [`campaign_key`], so that one gate's events share one partition (one lag to
+    /// campaign's [`campaign_key`] (`gate::Unit::name`), so that one gate's events share one partition (one lag to
     /// read before the gate may be loaded again).
     pub fn key(&self) -> std::borrow::Cow<'_, str> {
         match self.campaign_id {
@@ -105,12 +105,6 @@ impl ReservedEvent {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("events serialize")
     }
-}
-
-/// A flash-sale campaign's events' key: `campaign:ID`, what `gate::Unit` shows for it (a code
-/// has no `:`, so no voucher's key is ever a campaign's).
-pub fn campaign_key(id: i64) -> String {
-    format!("campaign:{id}")
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use crate::domain::VoucherCode;
+use crate::domain::{campaign_key, VoucherCode};
 
 /// A set of gate keys: a voucher's own, or a flash-sale campaign's, shared by all its codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,13 +15,10 @@ pub enum Unit<'a> {
     Campaign(i64),
 }
 
-/// In logs and the remaining-uses gauge: the voucher's code, or `campaign:ID`.
+/// In logs and the remaining-uses gauge: [`Unit::name`].
 impl std::fmt::Display for Unit<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unit::Voucher(code) => f.write_str(code.as_str()),
-            Unit::Campaign(id) => write!(f, "campaign:{id}"),
-        }
+        f.write_str(&self.name())
     }
 }
 
@@ -32,6 +29,15 @@ impl<'a> From<&'a VoucherCode> for Unit<'a> {
 }
 
 impl<'a> Unit<'a> {
+    /// The voucher's code, or the campaign's [`campaign_key`]: the key of the events this gate
+    /// grants (`ReservedEvent::key`), and its name in logs.
+    pub fn name(self) -> Cow<'a, str> {
+        match self {
+            Unit::Voucher(code) => Cow::Borrowed(code.as_str()),
+            Unit::Campaign(id) => Cow::Owned(campaign_key(id)),
+        }
+    }
+
     /// The flash-sale campaign these keys are (None: a voucher's).
     pub fn campaign(self) -> Option<i64> {
         match self {

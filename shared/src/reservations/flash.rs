@@ -475,7 +475,7 @@ impl Flash {
         let Some(events) = &self.events else {
             return Ok(());
         };
-        let key = super::event_key(unit);
+        let key = unit.name();
         match trust {
             Trust::Intact => Ok(()),
             Trust::Unloaded if !self.may_hold(unit).await? => Ok(()),

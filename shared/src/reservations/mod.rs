@@ -40,15 +40,6 @@ pub use warmup::{Warmed, Warmup};
 /// Most voucher kinds a process keeps (about 100 bytes each).
 const KINDS_KEPT: usize = 100_000;
 
-/// The key of the events a gate grants (`ReservedEvent::key`), for the transport's count of
-/// those in flight: a voucher's code, or its flash-sale campaign's key.
-fn event_key(unit: Unit<'_>) -> std::borrow::Cow<'_, str> {
-    match unit {
-        Unit::Voucher(code) => code.as_str().into(),
-        Unit::Campaign(id) => crate::events::campaign_key(id).into(),
-    }
-}
-
 /// The clients the reservation service runs on, built once per process (see `App::new`).
 #[derive(Clone)]
 pub struct Parts {

@@ -120,7 +120,7 @@ impl Warmup {
             return Ok(());
         };
         if self.gate.lost_for(unit).await? < events.send_timeout()
-            || events.in_flight(&super::event_key(unit)).await? > 0
+            || events.in_flight(&unit.name()).await? > 0
         {
             return Err(WarmupError::EventsInFlight);
         }

@@ -590,7 +590,7 @@ impl TestApp {
         let Some(events) = self.app.events() else {
             return;
         };
-        let key = shared::events::campaign_key(id);
+        let key = shared::domain::campaign_key(id);
         let pending = Keys::campaign(&self.key_prefix(), id).pending;
         super::wait_for(
             &format!("the events of campaign {id} to land"),
