@@ -1,9 +1,10 @@
 //! Mode B's consumer: merges `voucher-reserved` events into Postgres.
 //!
-//! A batch of messages is merged in one round trip and one transaction (`fg_merge_set`, so one
-//! commit for the batch and a fixed handful of statements), each message with the lattice
-//! merge's outcome (`fg_merge`, `revoke = true`), as if in a savepoint of its own: a duplicate, a late event after a release or expiry, or events in any
-//! order change nothing twice, and a message that fails (bad JSON, an unknown voucher, a panic,
+//! A batch of messages is merged in one round trip and one transaction (`fg_merge_strict`, so
+//! one commit for the batch and a fixed handful of statements; a long batch in two such pieces
+//! at once, on two connections), each message with the lattice merge's outcome (`fg_merge`,
+//! `revoke = true`), as if in a savepoint of its own: a duplicate, a late event after a release
+//! or expiry, or events in any order change nothing twice, and a message that fails (bad JSON, an unknown voucher, a panic,
 //! a deadlock with another batch) fails alone, as poison (never lands) or to retry. Poison is
 //! what no retry can change: an event that does not parse or holds values out of the tables'
 //! ranges, an unknown voucher, a value or constraint Postgres refuses (`store::never_passes`);
@@ -23,7 +24,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
+use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 
 use crate::domain::{amount, customer_id, instant_ms, Invalid, OrderId, Status, VoucherCode};
@@ -32,9 +33,14 @@ use crate::errors::StoreError;
 use crate::events::{Landing, ReservedEvent, Sink, EVENT_TYPE, EVENT_VERSION};
 use crate::gate::{Gate, Place, Removal};
 use crate::store::{
-    is_undefined_table, never_passes, Merge, MergeOutcome, Merged, Store, MERGE_BATCH_MAX,
+    is_undefined_table, never_passes, Merge, MergeOutcome, Merged, Store, MERGE_SET_MAX,
 };
 use crate::telemetry::{self, Chain};
+
+/// Most pieces a batch is merged in at once, each on a Postgres connection of its own.
+const MERGE_PIECES: usize = 2;
+/// Fewest events a piece holds: a short batch goes whole, its fixed cost paid once.
+const MERGE_PIECE_MIN: usize = 128;
 
 /// What one event did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,15 +160,27 @@ impl Consumer {
                 .revoking()
             })
             .collect();
+        // A long batch (a backlog) goes to Postgres in pieces at once, each on a connection of
+        // its own: one backend runs a set-based merge at about one core, which is what bounds
+        // a drain after a burst. The pieces touch distinct rows and lock what they share in one
+        // order; whichever order they land in, the lattice gives the same rows.
+        let piece = merges
+            .len()
+            .div_ceil(MERGE_PIECES)
+            .clamp(MERGE_PIECE_MIN, MERGE_SET_MAX);
+        let pieces = join_all(
+            merges
+                .chunks(piece)
+                .map(|chunk| AssertUnwindSafe(self.store.merge_batch(chunk)).catch_unwind()),
+        )
+        .await;
         let mut merged = Vec::with_capacity(merges.len());
-        for chunk in merges.chunks(MERGE_BATCH_MAX) {
-            match AssertUnwindSafe(self.store.merge_batch(chunk))
-                .catch_unwind()
-                .await
-            {
+        for piece in pieces {
+            match piece {
                 Ok(Ok(answers)) => merged.extend(answers),
                 Ok(Err(e)) => {
-                    // Postgres unreachable: every event of the batch fails and comes back.
+                    // Postgres unreachable: every event of the batch fails and comes back (what
+                    // another piece landed merges into nothing then).
                     let e = Arc::new(e);
                     for (i, _, _) in &events {
                         answers[*i] = Err(ConsumeError::Store(e.clone()));

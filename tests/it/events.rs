@@ -750,6 +750,74 @@ async fn a_batch_lands_together_and_a_message_postgres_rejects_fails_alone() {
     assert_eq!(app.view("BATCH").await["revokedCount"], 1);
 }
 
+/// The consumer merges a batch of hundreds of events in one call, in two pieces at once: the
+/// set-based path takes a piece in one transaction, and when it falls back to the loop (here an
+/// order twice in the batch), the loop runs it 64 changes at a time. Either way every event
+/// gets its own answer: 300 orders take the 300 uses, the other 100 are revoked, the order sent
+/// twice lands once, and the counters agree with the rows.
+#[tokio::test]
+async fn a_batch_longer_than_the_loops_chunk_lands_on_either_path_with_an_answer_each() {
+    let app = TestApp::spawn().await;
+    let now = chrono::Utc::now().timestamp_millis();
+    for (code, twice) in [("LONGSET", false), ("LONGLOOP", true)] {
+        app.voucher(code, 300, json!({"flashSale": true, "counterSlots": 4}))
+            .await;
+        let events: Vec<ReservedEvent> = (1..=400)
+            .map(|i| {
+                let held = shared::domain::Held {
+                    customer_id: i,
+                    reserved_ms: now,
+                    expires_ms: now + 60_000,
+                    discount: 10,
+                };
+                ReservedEvent::new(&reserve_req(code, i, &format!("o{i:03}")), held, None, None)
+            })
+            .collect();
+        let mut batch: Vec<&ReservedEvent> = events.iter().collect();
+        if twice {
+            batch.push(&events[0]);
+        }
+        let answers = consumed(&app, &batch).await;
+        let count = |what: &str| answers.iter().filter(|a| *a == what).count();
+        assert_eq!(
+            (count("Applied"), count("Revoked"), count("Unchanged")),
+            (300, 100, usize::from(twice)),
+            "{code}"
+        );
+        // Each answer is its own event's: what its row says.
+        let rows: std::collections::HashMap<String, i16> = app
+            .db
+            .query(
+                "SELECT order_id, status FROM redemption WHERE voucher_code = $1",
+                &[&code],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        for (event, answer) in batch.iter().zip(&answers).take(400) {
+            let want = if rows[&event.order_id] == 1 {
+                "Applied"
+            } else {
+                "Revoked"
+            };
+            assert_eq!(answer, want, "{code} {}", event.order_id);
+        }
+        let counts = app.counts(code).await;
+        assert_eq!(
+            (
+                counts.used_count,
+                counts.active_rows,
+                counts.customer_counter_sum
+            ),
+            (300, 300, 300),
+            "{code}"
+        );
+        assert_eq!(app.view(code).await["revokedCount"], 100, "{code}");
+    }
+}
+
 /// After Redis lost its data, an order answered 201 whose event has not landed is in neither
 /// the gate nor Postgres. Its confirm (and release) answers 503, retry, while events are on the
 /// queue, never 404; once the event has landed it confirms. The chaos run found the 404.

@@ -119,10 +119,18 @@ pub struct RowFacts {
     pub expires_at: DateTime<Utc>,
 }
 
-/// Most changes one `fg_merge_set` call should carry: past 64 subtransactions (when a batch
-/// falls back to the loop, each change in a savepoint) a transaction's snapshot overflows its
-/// cache, which slows every backend.
+/// Most changes the loop (`fg_merge_batch`, each change in a savepoint) runs in one
+/// transaction: past 64 subtransactions a transaction's snapshot overflows its cache, which
+/// slows every backend. Group commit keeps its batches to this, so that each of its batches is
+/// one transaction on either path.
 pub const MERGE_BATCH_MAX: usize = 64;
+
+/// Most changes one [`Store::merge_batch`] call should carry. The set-based path takes them
+/// all in one transaction, without a subtransaction; when it falls back to the loop, the loop
+/// runs them [`MERGE_BATCH_MAX`] at a time, each chunk a transaction of its own. The consumer
+/// sends batches this long: a batch's fixed part (about twenty statements and the commit's WAL
+/// flush) is then paid once for hundreds of events, not once for every 64.
+pub const MERGE_SET_MAX: usize = 512;
 
 impl Store {
     /// The one status change: every confirm, release, event and sweep goes through here.
@@ -140,15 +148,28 @@ impl Store {
     /// them all, and a fixed handful of statements whatever the batch's size. When the
     /// set-based path does not take the batch (it raises, and nothing was written), the loop
     /// runs it, each change in a savepoint (`fg_merge_batch`): the same answers, in a second
-    /// round trip. Each succeeds or fails alone (the outer error: the call itself failed, and
-    /// none was applied); answers come in the order given. Callers keep batches to
-    /// [`MERGE_BATCH_MAX`].
+    /// round trip. Each succeeds or fails alone (the outer error: the call itself failed);
+    /// answers come in the order given. Callers keep batches to [`MERGE_SET_MAX`]. A batch of
+    /// at most [`MERGE_BATCH_MAX`] is one transaction on either path, so an outer error means
+    /// none was applied; a longer one runs the loop a chunk at a time, so an outer error may
+    /// leave the chunks before it applied: only callers whose changes merge into nothing when
+    /// run again (the consumer's events) send more.
     pub async fn merge_batch(
         &self,
         merges: &[Merge<'_>],
     ) -> Result<Vec<Result<Merged, StoreError>>, StoreError> {
         timed(Dependency::Postgres, "merge_batch", async {
-            set_then_loop(|looped| self.run_merge_batch(merges, looped)).await
+            set_then_loop(|looped| async move {
+                if !looped {
+                    return self.run_merge_batch(merges, false).await;
+                }
+                let mut answers = Vec::with_capacity(merges.len());
+                for chunk in merges.chunks(MERGE_BATCH_MAX) {
+                    answers.extend(self.run_merge_batch(chunk, true).await?);
+                }
+                Ok(answers)
+            })
+            .await
         })
         .await
     }

@@ -405,6 +405,8 @@ impl Store {
     /// vouchers' current rules, and the kept earlier versions among those asked.
     pub async fn grants(&self, asked: &[(&str, Option<i64>)]) -> Result<Grants, StoreError> {
         timed(Dependency::Postgres, "grants", async {
+            // Each (code, version) once: a sale's batch asks the same one hundreds of times.
+            let asked: std::collections::BTreeSet<&(&str, Option<i64>)> = asked.iter().collect();
             let codes: Vec<&str> = asked.iter().map(|(c, _)| *c).collect();
             let versions: Vec<Option<i64>> = asked.iter().map(|(_, v)| *v).collect();
             let rows = self

@@ -14,8 +14,9 @@ use super::{kafka, Kafka, Record};
 use crate::events::{EventError, Sink};
 use crate::telemetry::Chain;
 
-/// Records merged in one transaction by the consumer-group member.
-const BATCH_MAX: usize = 500;
+/// Records settled together by the consumer-group member: two merges' worth, which the
+/// consumer sends to Postgres at once (see `consumer`).
+const BATCH_MAX: usize = 2 * crate::store::MERGE_SET_MAX;
 /// How long a partition waits before its failed records are read again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
