@@ -32,3 +32,9 @@ ticks() { # PROCESS_NAME: CPU ticks (1/100 s) every process of that name has use
   done
   echo "$t"
 }
+
+landed() { # DATABASE CODE: the uses of a voucher Postgres holds. In mode B the voucher's view
+  # counts the uses whose events are still on their way too, so a drain is read here instead.
+  psql -h 127.0.0.1 -U postgres -d "$1" -tAc \
+    "SELECT COALESCE(sum(used), 0) FROM voucher_slot WHERE voucher_code = upper('$2')"
+}

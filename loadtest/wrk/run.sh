@@ -96,20 +96,29 @@ for case in $CASES; do
     out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency \
       -s loadtest/wrk/all-winners.lua "$base" -- "$code")
     bad=$(sed -n 's/^not 201: \([0-9]*\) of.*/\1/p' <<<"$out")
-    used=$(curl -sf $BASE/vouchers/$code | sed -n 's/.*"usedCount":\([0-9]*\).*/\1/p')
+    used=$(landed "$DB" "$code")
     if [[ $case == *@kafka* || $case == *@fauxqs || $case == *@moto ]]; then
       # Mode B: how many of the 201s Postgres still lacked when wrk stopped, and how long the
       # consumer took to land them all.
       won=$(( $(sed -n 's/^not 201: [0-9]* of \([0-9]*\).*/\1/p' <<<"$out") - bad ))
       left=$((won - used)); start=$(date +%s.%N)
+      # What the drain costs, with wrk stopped: the consumer alone, and each process's CPU.
+      cpu_before="$(ticks flashgate) $(ticks postgres) $(ticks redis-server) $(ticks tansu)"
       for _ in $(seq 1200); do
         [ "$used" -ge "$won" ] && break
         sleep 0.25
-        used=$(curl -sf $BASE/vouchers/$code | sed -n 's/.*"usedCount":\([0-9]*\).*/\1/p')
+        used=$(landed "$DB" "$code")
       done
-      elapsed=$(awk -v d="${DURATION%s}" -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { print d + e - s }')
+      end=$(date +%s.%N)
+      cpu_after="$(ticks flashgate) $(ticks postgres) $(ticks redis-server) $(ticks tansu)"
+      elapsed=$(awk -v d="${DURATION%s}" -v s="$start" -v e="$end" 'BEGIN { print d + e - s }')
       rate=$(awk -v w="$won" -v t="$elapsed" 'BEGIN { printf "%.0f", w / t }')
       case="$case: $left to land at end, $rate events/s landed"
+      if [ "$left" -gt 1000 ]; then
+        case="$case; after wrk, $(echo "$cpu_before $cpu_after" | awk -v n="$left" -v s="$start" -v e="$end" '{
+          printf "%.0f events/s alone, CPU µs/event: server %.1f, Postgres %.1f, Redis %.1f, broker %.1f",
+            n / (e - s), ($5 - $1) * 10000 / n, ($6 - $2) * 10000 / n, ($7 - $3) * 10000 / n, ($8 - $4) * 10000 / n }')"
+      fi
     fi
     case="$case (K=$(curl -sf $BASE/vouchers/$code | sed -n 's/.*"counterSlots":\([0-9]*\).*/\1/p'), $used held)"
   fi
