@@ -21,10 +21,7 @@ cd "$(dirname "$0")/../.."
 
 [ $# -eq 2 ] || { sed -n 2,12p "$0"; exit 2; }
 OLD=$1 NEW=$2
-DURATION=${DURATION:-10s}
-CONNECTIONS=${CONNECTIONS:-64}
-THREADS=${THREADS:-2}
-command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 1; }
+need_wrk
 ./scripts/services.sh >/dev/null
 
 trap 'kill ${servers:-} 2>/dev/null; wait ${servers:-} 2>/dev/null' EXIT

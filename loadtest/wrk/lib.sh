@@ -3,10 +3,19 @@
 # Redis key prefix, before calling these.
 . scripts/lib.sh
 
+# wrk's settings, from the environment or these: every runner measures alike.
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+
+need_wrk() {
+  command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 1; }
+}
+
 # wrk on the path, the local services up, the release server built, and the runner's database
 # dropped (the server creates and migrates it anew).
 prepare() {
-  command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 1; }
+  need_wrk
   ./scripts/services.sh >/dev/null
   cargo build --release --locked --bin flashgate >/dev/null
   psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $DB" >/dev/null

@@ -24,9 +24,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . loadtest/wrk/lib.sh
 
-DURATION=${DURATION:-10s}
-CONNECTIONS=${CONNECTIONS:-64}
-THREADS=${THREADS:-2}
 CASES=${CASES:-"ceiling standard:1@plain standard:1 standard flash:1@plain flash:1 flash"}
 PORT=${BENCH_PORT:-3900}
 DB=${BENCH_DATABASE:-fg_bench_http}

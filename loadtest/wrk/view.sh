@@ -15,9 +15,6 @@ cd "$(dirname "$0")/../.."
 . loadtest/wrk/lib.sh
 
 ROWS=${ROWS:-200000}
-DURATION=${DURATION:-10s}
-CONNECTIONS=${CONNECTIONS:-64}
-THREADS=${THREADS:-2}
 PORT=${BENCH_PORT:-3910}
 DB=${BENCH_DATABASE:-fg_bench_view}
 BASE=http://127.0.0.1:$PORT
