@@ -174,23 +174,25 @@ impl Consumer {
                 .map(|chunk| AssertUnwindSafe(self.store.merge_batch(chunk)).catch_unwind()),
         )
         .await;
-        let mut merged = Vec::with_capacity(merges.len());
-        for piece in pieces {
-            match piece {
-                Ok(Ok(answers)) => merged.extend(answers),
+        // Each piece answers for its own events: one that failed (Postgres unreachable) leaves
+        // them to come back, one whose merge panicked leaves them panicked, and the other's
+        // stand, settled and counted.
+        let mut merged: Vec<Option<Result<Merged, StoreError>>> = Vec::with_capacity(merges.len());
+        for (result, chunk) in pieces.into_iter().zip(events.chunks(piece)) {
+            match result {
+                Ok(Ok(got)) => merged.extend(got.into_iter().map(Some)),
                 Ok(Err(e)) => {
-                    // Postgres unreachable: every event of the batch fails and comes back (what
-                    // another piece landed merges into nothing then).
                     let e = Arc::new(e);
-                    for (i, _, _) in &events {
+                    for (i, _, _) in chunk {
                         answers[*i] = Err(ConsumeError::Store(e.clone()));
                     }
-                    return answers;
+                    merged.extend(chunk.iter().map(|_| None));
                 }
-                Err(_) => return answers,
+                Err(_) => merged.extend(chunk.iter().map(|_| None)),
             }
         }
         for ((i, code, event), merged) in events.iter().zip(merged) {
+            let Some(merged) = merged else { continue };
             answers[*i] = match AssertUnwindSafe(self.landed(code, event, merged))
                 .catch_unwind()
                 .await
