@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . loadtest/wrk/lib.sh
 
-[ $# -eq 2 ] || { sed -n 2,13p "$0"; exit 2; }
+[ $# -eq 2 ] || { sed -n 2,14p "$0"; exit 2; }
 OLD=$1 NEW=$2
 need_wrk
 ./scripts/services.sh kafka >/dev/null
