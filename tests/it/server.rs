@@ -204,6 +204,67 @@ async fn with_tokens_each_route_wants_its_roles_token() {
     assert_eq!(status, StatusCode::OK, "liveness is open");
 }
 
+/// Every method reaches the access check, not only the one a route declares: axum answers HEAD
+/// with the GET handler (before the fix, `HEAD /metrics` answered 200 without a token and
+/// `HEAD /vouchers/{code}` told which codes exist), and OPTIONS or any other method on a route's
+/// path gets no further than the check without a token. Over every route of the table.
+#[tokio::test]
+async fn with_tokens_every_method_of_every_route_goes_through_the_access_check() {
+    use shared::http::{Access, ROUTES};
+    let app = TestApp::builder()
+        .configure(|s| s.server.tokens = Some(("order-token".into(), "ops-token".into())))
+        .spawn()
+        .await;
+    let before = app.snapshot().await;
+    let methods = [
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE",
+    ];
+    for route in ROUTES {
+        let concrete = route
+            .path
+            .replace("{code}", "TOK")
+            .replace("{order_id}", "o1")
+            .replace("{id}", "1");
+        let open = ROUTES
+            .iter()
+            .filter(|r| r.path == route.path)
+            .all(|r| r.access == Access::Open);
+        for method in methods {
+            let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+            let case = format!("{method} {concrete}");
+            let status = app
+                .http
+                .request(method.clone(), app.url(&concrete))
+                .send()
+                .await
+                .unwrap()
+                .status();
+            if open {
+                assert_ne!(status, StatusCode::UNAUTHORIZED, "{case}");
+            } else {
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "{case} without a token");
+            }
+        }
+        // HEAD is GET's: the role GET refuses is refused on HEAD too.
+        if route.method == "GET" && route.access == Access::Operators {
+            let status = app
+                .http
+                .head(app.url(&concrete))
+                .bearer_auth("order-token")
+                .send()
+                .await
+                .unwrap()
+                .status();
+            assert_eq!(
+                status,
+                StatusCode::FORBIDDEN,
+                "HEAD {concrete} with the order service's token"
+            );
+        }
+    }
+    assert_eq!(app.snapshot().await, before, "nothing written");
+}
+
 /// A body well past the limit is read (up to `DRAIN_LIMIT`) before the 413, so a client still
 /// sending it finishes sending and reads the answer, instead of a reset connection; nothing is
 /// written.

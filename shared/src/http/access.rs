@@ -91,10 +91,30 @@ fn same(a: &str, b: &str) -> bool {
             == 0
 }
 
-/// The access of the route a request matched; a request that matched none (404, 405) has
-/// nothing behind it to protect.
+/// The access of the route a request matched, for every method that reaches its path.
+///
+/// axum answers HEAD with the GET handler, so HEAD is checked as GET: a HEAD that skipped the
+/// check would run the handler (an operator listing, an existence oracle for codes). A method
+/// no route of the path declares (OPTIONS, a 405) is checked as the path's routes are: open
+/// only when they all are. A request whose path matched nothing (404) has nothing behind it.
 fn access_of(method: &Method, path: Option<&MatchedPath>) -> Access {
-    route_index(method, path).map_or(Access::Open, |i| ROUTES[i].access)
+    let Some(path) = path else {
+        return Access::Open;
+    };
+    let method = if method == Method::HEAD {
+        &Method::GET
+    } else {
+        method
+    };
+    if let Some(i) = route_index(method, Some(path)) {
+        return ROUTES[i].access;
+    }
+    let mut routes = ROUTES.iter().filter(|r| r.path == path.as_str());
+    if routes.all(|r| r.access == Access::Open) {
+        Access::Open
+    } else {
+        Access::Both
+    }
 }
 
 /// The token of `Authorization: Bearer <token>` (the scheme in any case).
