@@ -189,6 +189,136 @@ async fn an_orphan_comes_back_and_its_late_event_changes_nothing() {
     assert_eq!(status, StatusCode::CONFLICT);
 }
 
+/// Mode B, a consumer behind by more than the TTL: the orphan sweep looks up which pending
+/// orders Postgres has, then tombstones the others, and a confirm read from the gate's entry
+/// may write the row in between. The confirm wins: the tombstone is written only where no row
+/// exists or the row is still RESERVED. Before the fix the sweep merged RELEASED over the
+/// CONFIRMED row (`3|EXPIRED`) and the gate sold the use again.
+#[tokio::test]
+async fn a_confirm_between_the_orphan_sweeps_look_up_and_its_write_wins() {
+    let app = TestApp::builder()
+        .with_events(3)
+        .configure(|s| {
+            s.events.poll = false;
+            s.sweep.orphan_grace = Duration::ZERO;
+        })
+        .spawn()
+        .await;
+    app.voucher(
+        "LATE",
+        5,
+        json!({"flashSale": true, "reservationTtlSeconds": 1}),
+    )
+    .await;
+    // Created within the warm-up lead: loaded into the gate at creation.
+    let (gate, code) = (app.app.gate(), voucher_code("LATE"));
+    let long_ago = Utc::now().timestamp_millis() - 10_000;
+    let held = |order: &'static str, customer: i64| {
+        let code = code.clone();
+        async move {
+            gate.reserve(&code, customer, order, 100, long_ago)
+                .await
+                .unwrap()
+                .held
+                .expect("granted")
+        }
+    };
+
+    // The exact interleaving: the sweep found no row for "paid" (its look-up), then the
+    // confirm wrote CONFIRMED, then the sweep's write comes.
+    let paid = held("paid", 1).await;
+    let (status, confirmed) = app.confirm("LATE", "paid").await;
+    assert_eq!(
+        (status, &confirmed["status"]),
+        (StatusCode::OK, &json!("CONFIRMED"))
+    );
+    let tombstone = Merge::held(&code, "paid", paid, 100, Status::Released)
+        .reason(shared::domain::ReleaseReason::Expired);
+    let recovered = app.app.store().recover_orphan(&tombstone).await.unwrap();
+    assert_eq!(recovered.outcome, MergeOutcome::Unchanged);
+    assert_eq!(recovered.row.unwrap().status, Status::Confirmed);
+    // No row, or a RESERVED one: the tombstone is written, and the use comes back.
+    let lost = held("lost", 2).await;
+    let tombstone = Merge::held(&code, "lost", lost, 100, Status::Released)
+        .reason(shared::domain::ReleaseReason::Expired);
+    let recovered = app.app.store().recover_orphan(&tombstone).await.unwrap();
+    assert_eq!(recovered.outcome, MergeOutcome::Applied);
+    assert_eq!(recovered.row.unwrap().status, Status::Released);
+    let late = held("late", 3).await;
+    app.app
+        .store()
+        .merge(&Merge::held(&code, "late", late, 100, Status::Reserved))
+        .await
+        .unwrap();
+    let tombstone = Merge::held(&code, "late", late, 100, Status::Released)
+        .reason(shared::domain::ReleaseReason::Expired);
+    let recovered = app.app.store().recover_orphan(&tombstone).await.unwrap();
+    assert_eq!(recovered.outcome, MergeOutcome::Applied);
+    let (_, r) = app.get_reservation("LATE", "paid").await;
+    assert_eq!(r["status"], "CONFIRMED");
+    let reason: String = app
+        .db
+        .query_one(
+            "SELECT release_reason FROM redemption WHERE voucher_code = 'LATE' AND order_id = 'late'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(reason, "EXPIRED");
+
+    // Through the API: confirms racing sweeps. Whatever the order, an order answered 200 is
+    // CONFIRMED and holds its use, in Postgres and in the gate; the others are released.
+    app.voucher(
+        "RACE",
+        40,
+        json!({"flashSale": true, "reservationTtlSeconds": 1}),
+    )
+    .await;
+    let race = voucher_code("RACE");
+    let orders: Vec<String> = (0..30).map(|i| format!("o{i}")).collect();
+    for (i, order) in orders.iter().enumerate() {
+        gate.reserve(&race, 10 + i as i64, order, 100, long_ago)
+            .await
+            .unwrap()
+            .held
+            .expect("granted");
+    }
+    let app = Arc::new(app);
+    let sweeps: Vec<_> = (0..3)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { app.app.sweeper().sweep().await.unwrap() })
+        })
+        .collect();
+    let confirms: Vec<_> = orders
+        .iter()
+        .map(|order| {
+            let (app, order) = (app.clone(), order.clone());
+            tokio::spawn(async move { app.confirm("RACE", &order).await.0 })
+        })
+        .collect();
+    let mut confirmed = 0;
+    for (order, confirm) in orders.iter().zip(confirms) {
+        let status = confirm.await.unwrap();
+        let (_, row) = app.get_reservation("RACE", order).await;
+        match status {
+            StatusCode::OK => {
+                confirmed += 1;
+                assert_eq!(row["status"], "CONFIRMED", "{order} was told 200");
+            }
+            StatusCode::CONFLICT => assert_eq!(row["status"], "RELEASED", "{order}"),
+            other => panic!("{order}: confirm answered {other}"),
+        }
+    }
+    for sweep in sweeps {
+        sweep.await.unwrap();
+    }
+    app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(app.counts("RACE").await.used_count, confirmed);
+    assert_eq!(app.gate_remaining("RACE").await, Some(40 - confirmed));
+}
+
 #[tokio::test]
 async fn drift_in_the_gate_is_reported_and_repaired_when_nothing_is_in_flight() {
     let app = TestApp::spawn_mode(true).await;

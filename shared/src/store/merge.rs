@@ -225,6 +225,45 @@ impl Store {
         Ok(rows.iter().map(merged).collect())
     }
 
+    /// An orphan's tombstone (`fg_recover_orphan`): written only where Postgres has no row for
+    /// the order or the row is still RESERVED, decided under the row's lock. A confirm that
+    /// wrote the row since the sweeper looked wins: UNCHANGED with its CONFIRMED row.
+    pub async fn recover_orphan(&self, m: &Merge<'_>) -> Result<Merged, StoreError> {
+        timed(Dependency::Postgres, "recover_orphan", async {
+            let row = self
+                .client()
+                .await?
+                .query_one(
+                    "SELECT outcome, customer_id, status, discount_amount, expires_at,
+                            true AS flash_sale
+                       FROM fg_recover_orphan($1, $2, $3, $4, $5, $6, $7, $8)",
+                    &[
+                        &m.code,
+                        &m.order_id,
+                        &m.customer_id,
+                        &m.order_amount,
+                        &m.discount_amount,
+                        &m.reserved_at,
+                        &m.expires_at,
+                        &m.now,
+                    ],
+                )
+                .await?;
+            let outcome = match row.get::<_, &str>("outcome") {
+                "APPLIED" => MergeOutcome::Applied,
+                "UNCHANGED" => MergeOutcome::Unchanged,
+                "ORDER_CONFLICT" => MergeOutcome::OrderConflict,
+                other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
+            };
+            Ok(Merged {
+                outcome,
+                row: Some(row_facts(&row)?),
+                flash_sale: true,
+            })
+        })
+        .await
+    }
+
     /// Confirm by key: the row as it stands afterwards (None: no such reservation).
     pub async fn confirm(
         &self,

@@ -83,7 +83,18 @@ impl Sweeper {
         let merge = Merge::held(code, order, held, order_amount, Status::Released)
             .reason(ReleaseReason::Expired)
             .at(now);
-        let merged = self.store.merge(&merge).await?;
+        // Not a plain merge: the look-up above and this write are two steps, and a confirm
+        // from the gate's entry may have written the row in between. RELEASED is above
+        // CONFIRMED in the lattice, so a merge would take a paid order's use back.
+        let merged = self.store.recover_orphan(&merge).await?;
+        if merged.outcome == MergeOutcome::Unchanged
+            && merged.row.as_ref().is_some_and(|r| r.status.is_active())
+        {
+            // The order reached Postgres after all and holds its use there: only the pending
+            // mark is left.
+            report.gate_ok(self.gate.settled(place, order).await);
+            return Ok(false);
+        }
         if merged.outcome == MergeOutcome::OrderConflict {
             tracing::warn!(
                 code = code.as_str(),
