@@ -70,6 +70,12 @@ pub struct RedisSettings {
     pub key_prefix: String,
     /// `REDIS_TIMEOUT_MS`: bound on every Redis call; a dead Redis gives 503 within it.
     pub timeout: Duration,
+    /// `REDIS_AUTH_SECRET_ARN`: the Secrets Manager secret (`{"password": ..}`) holding the
+    /// AUTH token of an ElastiCache replication group with encryption in transit. Unset: no
+    /// AUTH (a local Redis).
+    pub auth_secret_arn: Option<String>,
+    /// Read from `auth_secret_arn` by [`Settings::load`].
+    pub password: Option<SecretString>,
 }
 
 /// Mode B's events: which transport carries them, and who consumes them.
@@ -283,10 +289,14 @@ impl Settings {
     }
 
     /// Reads the database credentials from Secrets Manager when `DATABASE_SECRET_ARN` is set,
-    /// and the application role's when `APP_DATABASE_SECRET_ARN` is.
+    /// the application role's when `APP_DATABASE_SECRET_ARN` is, and Redis' AUTH token when
+    /// `REDIS_AUTH_SECRET_ARN` is.
     pub async fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
         let database = &mut self.database;
-        if database.secret_arn.is_none() && database.app_secret_arn.is_none() {
+        if database.secret_arn.is_none()
+            && database.app_secret_arn.is_none()
+            && self.redis.auth_secret_arn.is_none()
+        {
             return Ok(());
         }
         let sdk = crate::aws::sdk_config(self.aws.endpoint_url.as_deref(), &self.aws.region).await;
@@ -298,6 +308,11 @@ impl Settings {
         if let Some(arn) = &database.app_secret_arn {
             database.app_role =
                 Some(read_credentials(&client, "APP_DATABASE_SECRET_ARN", arn).await?);
+        }
+        if let Some(arn) = &self.redis.auth_secret_arn {
+            let token: RedisToken =
+                read_secret(&client, "REDIS_AUTH_SECRET_ARN", arn, r#"{"password": ..}"#).await?;
+            self.redis.password = Some(token.password);
         }
         Ok(())
     }
@@ -356,6 +371,8 @@ impl Settings {
                 cluster: parse(&get, "REDIS_CLUSTER", false)?,
                 key_prefix: get("REDIS_KEY_PREFIX").unwrap_or_default(),
                 timeout: Duration::from_millis(parse(&get, "REDIS_TIMEOUT_MS", 500)?),
+                auth_secret_arn: get("REDIS_AUTH_SECRET_ARN"),
+                password: None,
             },
             events: EventSettings {
                 queue_url: get("EVENTS_QUEUE_URL"),
@@ -439,6 +456,22 @@ async fn read_credentials(
     name: &'static str,
     arn: &str,
 ) -> Result<DatabaseCredentials, ConfigError> {
+    read_secret(client, name, arn, r#"{"username": .., "password": ..}"#).await
+}
+
+/// The cache's AUTH token secret: `{"password": ..}`.
+#[derive(serde::Deserialize)]
+struct RedisToken {
+    password: SecretString,
+}
+
+/// One JSON secret of the shape `T`; `name` is the variable that named it.
+async fn read_secret<T: serde::de::DeserializeOwned>(
+    client: &aws_sdk_secretsmanager::Client,
+    name: &'static str,
+    arn: &str,
+    shape: &str,
+) -> Result<T, ConfigError> {
     let problem = |problem: String| ConfigError { name, problem };
     let secret = client
         .get_secret_value()
@@ -457,7 +490,7 @@ async fn read_credentials(
     serde_json::from_str(text).map_err(|e| {
         // The secret's text is never echoed: it holds the password.
         problem(format!(
-            "secret {arn} is not {{\"username\": .., \"password\": ..}} JSON ({:?} error)",
+            "secret {arn} is not {shape} JSON ({:?} error)",
             e.classify()
         ))
     })

@@ -22,6 +22,8 @@ fn gate(cluster: bool) -> Arc<Gate> {
             cluster,
             key_prefix: "fg_test_campaign_gate:".to_owned(),
             timeout: Duration::from_secs(5),
+            auth_secret_arn: None,
+            password: None,
         })
         .unwrap(),
     )

@@ -188,6 +188,8 @@ async fn gate_scripts_answer_every_outcome_on_one_redis() {
         cluster: false,
         key_prefix: "fg_test_gate:".to_owned(),
         timeout: Duration::from_secs(2),
+        auth_secret_arn: None,
+        password: None,
     })
     .unwrap();
     every_script_outcome(gate).await;
@@ -200,6 +202,8 @@ async fn gate_scripts_answer_every_outcome_on_a_redis_cluster() {
         cluster: true,
         key_prefix: "fg_test_gate:".to_owned(),
         timeout: Duration::from_secs(2),
+        auth_secret_arn: None,
+        password: None,
     })
     .unwrap();
     every_script_outcome(gate).await;

@@ -4,7 +4,9 @@
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::IntoConnectionInfo;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+use secrecy::ExposeSecret;
 use tokio::sync::OnceCell;
 
 use super::GateError;
@@ -67,11 +69,14 @@ impl Connector {
         crate::tls::install_crypto_provider();
         if settings.cluster {
             let nodes: Vec<&str> = url.split(',').map(str::trim).collect();
-            let client = ClusterClient::builder(nodes)
+            let mut builder = ClusterClient::builder(nodes)
                 .connection_timeout(timeout)
                 .response_timeout(timeout)
-                .retries(1)
-                .build()?;
+                .retries(1);
+            if let Some(password) = &settings.password {
+                builder = builder.password(password.expose_secret());
+            }
+            let client = builder.build()?;
             Ok(Connector::Cluster {
                 client,
                 conn: OnceCell::new(),
@@ -81,7 +86,16 @@ impl Connector {
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(Some(timeout))
                 .set_number_of_retries(1);
-            let client = redis::Client::open(url)?;
+            let mut info = url.into_connection_info()?;
+            if let Some(password) = &settings.password {
+                // The AUTH token comes from Secrets Manager, never in REDIS_URL.
+                let redis = info
+                    .redis_settings()
+                    .clone()
+                    .set_password(password.expose_secret());
+                info = info.set_redis_settings(redis);
+            }
+            let client = redis::Client::open(info)?;
             Ok(Connector::Single(ConnectionManager::new_lazy_with_config(
                 client, config,
             )?))
