@@ -1,5 +1,5 @@
--- Flashgate gate: reserve one use of a flash-sale voucher, atomically. Runs after entry.lua and
--- rules.lua.
+-- Flashgate gate: reserve one use of a flash-sale voucher, atomically. Runs after entry.lua,
+-- rules.lua and incarnation.lua.
 --
 -- KEYS[1] voucher:{CODE}:meta       hash: the voucher's rules and money budget left (rules.lua)
 -- KEYS[2] voucher:{CODE}:remaining  string: uses left
@@ -18,7 +18,14 @@
 -- before the gate kept it, or no use held). Outcomes are the
 -- service's reserve vocabulary (the same words as fg_reserve and the HTTP errors):
 -- RESERVED, REPLAY (same customer, active), ORDER_CONFLICT, RESERVATION_RELEASED (tombstone),
--- NOT_LOADED, and rules.lua's refusals.
+-- NOT_LOADED, SUSPECT, and rules.lua's refusals.
+--
+-- SUSPECT: the use would be granted, but this node is not the copy of Redis' data the gate was
+-- loaded into (meta's `replid`, load.lua). A failover promotes a replica that may lack the last
+-- grants its primary acknowledged, `remaining` included: granting from it could hand out a use
+-- twice, and in mode B the consumer would revoke a 201. Nothing is written; the caller repairs
+-- the gate (load.lua) once the lost grants have landed, then asks again. Only a grant asks (one
+-- INFO call): replays and refusals cost nothing more.
 -- The clock is an argument so that every caller, and every test, decides with the same time.
 local customer, order = ARGV[1], ARGV[2]
 local amount, now = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -46,6 +53,10 @@ local discount = rules_discount(r, amount)
 local refusal = rules_refusal(r, tonumber(remaining), uses, amount, discount, now, code)
 if refusal then
   return {refusal, '', '0', '0', '0', ''}
+end
+
+if r.replid ~= '' and r.replid ~= incarnation() then
+  return {'SUSPECT', '', '0', '0', '0', ''}
 end
 
 local held = {customer = customer, reserved = ARGV[4],

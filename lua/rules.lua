@@ -12,14 +12,16 @@
 -- as its default (active, fixed discount).
 local function rules_read(meta_key)
   local v = redis.call('HMGET', meta_key, 'discount', 'percent', 'max_discount', 'min_order',
-    'starts_ms', 'ends_ms', 'per_user', 'ttl_ms', 'active', 'version', 'budget', 'per_code')
+    'starts_ms', 'ends_ms', 'per_user', 'ttl_ms', 'active', 'version', 'budget', 'per_code',
+    'replid')
   if not v[5] then
     return nil
   end
   return {discount = v[1] or '0', percent = v[2] or '', max_discount = v[3] or '',
           min_order = tonumber(v[4]), starts = tonumber(v[5]), ends = tonumber(v[6]),
           per_user = tonumber(v[7]), ttl = tonumber(v[8]), active = v[9] ~= '0',
-          version = v[10] or '', budget = tonumber(v[11]), per_code = tonumber(v[12])}
+          version = v[10] or '', budget = tonumber(v[11]), per_code = tonumber(v[12]),
+          replid = v[13] or ''}
 end
 
 -- A campaign's code: the uses it holds and those of `customer` on it, from the campaign's

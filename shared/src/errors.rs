@@ -117,7 +117,7 @@ impl ReserveError {
             O::OrderConflict => ReserveError::OrderConflict,
             O::ReservationReleased => ReserveError::Released,
             O::VoucherNotFound => ReserveError::VoucherNotFound,
-            O::NotLoaded => ReserveError::WarmingUp,
+            O::NotLoaded | O::Suspect => ReserveError::WarmingUp,
             O::NotStarted => ReserveError::NotStarted,
             O::Expired => ReserveError::Expired,
             O::MinOrderAmount => ReserveError::MinOrderAmount,

@@ -11,9 +11,9 @@ use futures::future::join_all;
 use shared::config::RedisSettings;
 use shared::domain::{Discount, ReserveOutcome, VoucherCode};
 use shared::errors::WarmupError;
-use shared::gate::{CodeCounts, Gate, GateMeta, Place, Removal, Removed, Retired, Unit};
+use shared::gate::{CodeCounts, Gate, GateMeta, Loaded, Place, Removal, Removed, Retired, Unit};
 
-use crate::harness::{cluster_url, redis_url, TestApp};
+use crate::harness::{cluster_url, load_counts as counts, lock_gate, redis_url, TestApp};
 
 fn gate(cluster: bool) -> Arc<Gate> {
     Arc::new(
@@ -82,10 +82,18 @@ async fn budget_covers_exactly_its_share(gate: Arc<Gate>) {
     let now = Utc::now().timestamp_millis();
     let at = Place::in_campaign(id, &codes[0]);
     let meta = meta(Discount::Fixed(1_000), i64::MAX);
-    assert!(gate
-        .load(at, &meta, 1_000, Some(100_000), &[], Some(&per_code(1)))
+    let token = lock_gate(&gate, at).await;
+    assert_eq!(
+        gate.load(
+            at,
+            token,
+            &meta,
+            counts(1_000, Some(100_000), &[], Some(&per_code(1)))
+        )
         .await
-        .unwrap());
+        .unwrap(),
+        Loaded::Now
+    );
     let answers = join_all(codes.iter().enumerate().map(|(i, code)| {
         let gate = gate.clone();
         async move {
@@ -145,9 +153,15 @@ async fn percentage_discounts_never_pass_the_budget(gate: Arc<Gate>) {
         },
         i64::MAX,
     );
-    gate.load(at, &meta, 10_000, Some(budget), &[], Some(&per_code(1)))
-        .await
-        .unwrap();
+    let token = lock_gate(&gate, at).await;
+    gate.load(
+        at,
+        token,
+        &meta,
+        counts(10_000, Some(budget), &[], Some(&per_code(1))),
+    )
+    .await
+    .unwrap();
     let amounts = amounts(id as u64, codes.len());
     let answers = join_all(
         codes
@@ -207,9 +221,15 @@ async fn codes_per_user_and_total_hold_together(gate: Arc<Gate>) {
     let on = |i: usize| Place::in_campaign(id, &codes[i]);
     // Two uses per customer over the campaign, five in all, one per code.
     let meta = meta(Discount::Fixed(10), 2);
-    gate.load(on(0), &meta, 5, None, &[], Some(&per_code(1)))
-        .await
-        .unwrap();
+    let token = lock_gate(&gate, on(0)).await;
+    gate.load(
+        on(0),
+        token,
+        &meta,
+        counts(5, None, &[], Some(&per_code(1))),
+    )
+    .await
+    .unwrap();
     let reserve = |i: usize, customer: i64, order: &str| {
         let gate = gate.clone();
         let at = on(i);
@@ -332,13 +352,12 @@ async fn a_loaded_campaign_knows_its_codes_uses(gate: Arc<Gate>) {
             (format!("{}|5", codes[1].as_str()), 1),
         ],
     };
+    let token = lock_gate(&gate, on(0)).await;
     gate.load(
         on(0),
+        token,
         &meta(Discount::Fixed(1), 5),
-        10,
-        None,
-        &[(5, 2), (6, 1)],
-        Some(&held),
+        counts(10, None, &[(5, 2), (6, 1)], Some(&held)),
     )
     .await
     .unwrap();

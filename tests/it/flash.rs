@@ -11,9 +11,12 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::config::RedisSettings;
 use shared::domain::{Discount, Held, ReserveOutcome, VoucherCode};
-use shared::gate::{Gate, GateCounts, GateMeta, GateReply, Removal, Removed};
+use shared::gate::{Gate, GateCounts, GateMeta, GateReply, Loaded, Removal, Removed};
 
-use crate::harness::{self, cluster_url, error_of, path, redis_url, voucher_code, TestApp};
+use crate::harness::{
+    self, cluster_url, error_of, load_counts as counts, lock_gate, path, redis_url, voucher_code,
+    TestApp,
+};
 
 async fn every_script_outcome(gate: Gate) {
     let code = VoucherCode::parse(&format!(
@@ -41,9 +44,18 @@ async fn every_script_outcome(gate: Gate) {
         reserve(1, "o1", 100, now).await.outcome,
         ReserveOutcome::NotLoaded
     );
-    assert!(gate.load(&code, &meta, 2, None, &[], None).await.unwrap());
-    assert!(
-        !gate.load(&code, &meta, 99, None, &[], None).await.unwrap(),
+    let token = lock_gate(&gate, &code).await;
+    assert_eq!(
+        gate.load(&code, token, &meta, counts(2, None, &[], None))
+            .await
+            .unwrap(),
+        Loaded::Now
+    );
+    assert_eq!(
+        gate.load(&code, token, &meta, counts(99, None, &[], None))
+            .await
+            .unwrap(),
+        Loaded::Already,
         "loads only once"
     );
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(2));
@@ -717,4 +729,66 @@ async fn a_late_loader_leaves_another_callers_lock_alone() {
     assert!(!gate.try_lock_loading(&code, "third", ttl).await.unwrap());
     assert!(gate.unlock_loading(&code, "second").await.unwrap());
     assert!(gate.try_lock_loading(&code, "third", ttl).await.unwrap());
+}
+
+/// A loader that stalls past its gate lock (a pool wait, a slow statement, a big campaign) read
+/// Postgres before a change that took the lock since, found the gate not loaded and so had
+/// nothing to change there. Its snapshot must not be written: `load.lua` writes only while the
+/// lock still holds the loader's token. Before the fix it wrote: PATCH `totalLimit` 100 -> 10
+/// and `active: false` answered 200, and the gate said 100 uses left, open.
+#[tokio::test]
+async fn a_loader_that_outlived_its_lock_cannot_write_over_a_change() {
+    let app = TestApp::spawn_mode(true).await;
+    let later = Utc::now() + chrono::Duration::hours(1);
+    // Starting in an hour: not loaded at creation.
+    app.voucher(
+        "STALE",
+        100,
+        json!({"startsAt": later.to_rfc3339(),
+               "endsAt": (later + chrono::Duration::days(1)).to_rfc3339()}),
+    )
+    .await;
+    let (gate, code) = (app.app.gate(), voucher_code("STALE"));
+    // The loader takes the lock and reads its snapshot, then stalls past the lock's life.
+    assert!(gate
+        .try_lock_loading(&code, "stale-loader", Duration::from_millis(100))
+        .await
+        .unwrap());
+    let source = app
+        .app
+        .store()
+        .gate_source(&code, true)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, patched) = app
+        .patch_voucher("STALE", json!({"totalLimit": 10, "active": false}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    let meta = GateMeta::of(
+        &source.rules,
+        source.reservation_ttl_seconds,
+        source.version,
+    );
+    let late = gate
+        .load(
+            &code,
+            "stale-loader",
+            &meta,
+            counts(source.remaining, source.budget_left, &source.users, None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(late, Loaded::Fenced);
+    assert_eq!(
+        gate.remaining(&code).await.unwrap(),
+        None,
+        "nothing written"
+    );
+    // The next loader reads the change.
+    let (status, warmed) = app.warmup("STALE").await;
+    assert_eq!(status, StatusCode::OK, "{warmed}");
+    assert_eq!(gate.remaining(&code).await.unwrap(), Some(10));
+    assert_eq!(app.gate_meta("STALE", "active").await.as_deref(), Some("0"));
 }

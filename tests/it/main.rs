@@ -10,6 +10,7 @@ mod budgets;
 mod campaign_gate;
 mod campaigns;
 mod events;
+mod failover;
 mod flash;
 mod kafka;
 mod lambda;

@@ -15,6 +15,9 @@ pub enum ReserveOutcome {
     VoucherNotFound,
     /// The gate does not hold this voucher yet (gate only).
     NotLoaded,
+    /// The gate would grant, but it is not the copy of Redis' data it was loaded into (a
+    /// failover since): nothing taken until it is repaired (gate only).
+    Suspect,
     /// The voucher is paused.
     Inactive,
     NotStarted,
@@ -29,13 +32,14 @@ pub enum ReserveOutcome {
 }
 
 impl ReserveOutcome {
-    const ALL: [ReserveOutcome; 14] = [
+    const ALL: [ReserveOutcome; 15] = [
         ReserveOutcome::Reserved,
         ReserveOutcome::Replay,
         ReserveOutcome::OrderConflict,
         ReserveOutcome::ReservationReleased,
         ReserveOutcome::VoucherNotFound,
         ReserveOutcome::NotLoaded,
+        ReserveOutcome::Suspect,
         ReserveOutcome::Inactive,
         ReserveOutcome::NotStarted,
         ReserveOutcome::Expired,
@@ -54,6 +58,7 @@ impl ReserveOutcome {
             ReserveOutcome::ReservationReleased => "RESERVATION_RELEASED",
             ReserveOutcome::VoucherNotFound => "VOUCHER_NOT_FOUND",
             ReserveOutcome::NotLoaded => "NOT_LOADED",
+            ReserveOutcome::Suspect => "SUSPECT",
             ReserveOutcome::Inactive => "INACTIVE",
             ReserveOutcome::NotStarted => "NOT_STARTED",
             ReserveOutcome::Expired => "EXPIRED",

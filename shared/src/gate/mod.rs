@@ -40,6 +40,30 @@ pub enum GateError {
     Reply(String),
 }
 
+/// What [`Gate::load`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loaded {
+    /// This call loaded the gate.
+    Now,
+    /// The gate was loaded already: nothing written.
+    Already,
+    /// The gate lock no longer holds the loader's token (it expired, and a change or another
+    /// loader took it since): its snapshot may be older than a change, so nothing was written.
+    Fenced,
+    /// A repair: an order gained or lost a use since the counts were read; nothing written.
+    Moved,
+}
+
+/// The counts a load or a repair writes (`lua/load.lua`): uses left, the money left (None: no
+/// budget), each customer's uses, and a campaign's `codes`.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadCounts<'a> {
+    pub remaining: i64,
+    pub budget: Option<i64>,
+    pub users: &'a [(i64, i32)],
+    pub codes: Option<&'a CodeCounts>,
+}
+
 /// `reserve.lua`'s answer: the outcome, and the use when one is held (RESERVED, REPLAY).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GateReply {
@@ -277,7 +301,10 @@ impl Gate {
             prefix: settings.key_prefix.clone(),
             redis: Connector::new(settings)?,
             timeout: settings.timeout,
-            reserve: script(&[ENTRY, RULES], include_str!("../../../lua/reserve.lua")),
+            reserve: script(
+                &[ENTRY, RULES, INCARNATION],
+                include_str!("../../../lua/reserve.lua"),
+            ),
             validate: script(&[RULES], include_str!("../../../lua/validate.lua")),
             release: script(&[ENTRY], include_str!("../../../lua/release.lua")),
             lookup: script(
@@ -287,7 +314,7 @@ impl Gate {
             trust: script(&[INCARNATION], include_str!("../../../lua/trust.lua")),
             lost: Script::new(include_str!("../../../lua/lost.lua")),
             retire: Script::new(include_str!("../../../lua/retire.lua")),
-            load: script(&[INCARNATION], include_str!("../../../lua/load.lua")),
+            load: script(&[INCARNATION, ENTRY], include_str!("../../../lua/load.lua")),
             patch: Script::new(include_str!("../../../lua/patch.lua")),
             sync: Script::new(include_str!("../../../lua/sync.lua")),
             repair: script(&[ENTRY], include_str!("../../../lua/repair.lua")),
@@ -562,9 +589,10 @@ impl Gate {
         Ok(Duration::from_millis(ms.max(0) as u64))
     }
 
-    /// After a [`Trust::Suspect`] answer: how long ago the node that reported `replid` was
-    /// first found suspect (now, if this is the first time). None: the voucher is not loaded
-    /// any more, or Redis changed hands again.
+    /// After a [`Trust::Suspect`] answer or a SUSPECT reserve: how long ago the node that
+    /// reported `replid` ("": the node serving the gate now) was first found suspect (now, if
+    /// this is the first time). None: the voucher is not loaded any more, or Redis changed hands
+    /// again.
     pub async fn suspect_for<'u>(
         &self,
         at: impl Into<Unit<'u>>,
@@ -573,31 +601,9 @@ impl Gate {
         let at = at.into();
         let k = self.keys(at);
         let ms: i64 = self
-            .invoke(
-                "suspect_for",
-                self.trust.key(&k.meta).arg("notice").arg(replid),
-            )
+            .invoke("suspect_for", self.trust.key(&k.meta).arg(replid))
             .await?;
         Ok(u64::try_from(ms).ok().map(Duration::from_millis))
-    }
-
-    /// Once every event a suspect gate may have lost has landed: the gate is trusted again on
-    /// the node that reported `replid`. False when it is not loaded or Redis changed hands
-    /// again.
-    pub async fn trust_again<'u>(
-        &self,
-        at: impl Into<Unit<'u>>,
-        replid: &str,
-    ) -> Result<bool, GateError> {
-        let at = at.into();
-        let k = self.keys(at);
-        let trusted: i64 = self
-            .invoke(
-                "trust_again",
-                self.trust.key(&k.meta).arg("trust").arg(replid),
-            )
-            .await?;
-        Ok(trusted == 1)
     }
 
     /// Orders reserved in the gate that Postgres may not have yet: the [`PENDING_STEP`] oldest
@@ -786,25 +792,53 @@ impl Gate {
         }
     }
 
-    /// Loads a voucher unless it is loaded, with `budget` as the money left to give (None: no
-    /// budget). A campaign's gate also takes `codes` (its codes' limit and uses held; a
-    /// voucher's ignores them). Returns true when this call loaded it.
+    /// Loads a voucher unless it is loaded, with `counts` (the money left to give, None: no
+    /// budget; a campaign's gate also takes `codes`, its codes' limit and uses held; a
+    /// voucher's ignores them), if the gate lock still holds `token` (the loader's,
+    /// [`Gate::try_lock_loading`]).
     pub async fn load<'u>(
         &self,
         at: impl Into<Unit<'u>>,
+        token: &str,
         meta: &GateMeta,
-        remaining: i64,
-        budget: Option<i64>,
-        users: &[(i64, i32)],
-        codes: Option<&CodeCounts>,
-    ) -> Result<bool, GateError> {
-        let at = at.into();
+        counts: LoadCounts<'_>,
+    ) -> Result<Loaded, GateError> {
+        self.write_counts(at.into(), token, None, meta, counts)
+            .await
+    }
+
+    /// Repairs a loaded gate that is not the copy of Redis' data it was loaded into (reserve
+    /// answered SUSPECT after a failover): its rules and counts are replaced by `counts`, its
+    /// orders and pending set kept, and it is trusted again on the node serving now. Only while
+    /// it is still suspect, the lock holds `token`, and the orders' `#moves` is still `moves`
+    /// (read before the counts were): otherwise nothing is written ([`Loaded::Moved`],
+    /// [`Loaded::Fenced`], or [`Loaded::Already`] when there was nothing to repair).
+    pub async fn repair_counts<'u>(
+        &self,
+        at: impl Into<Unit<'u>>,
+        token: &str,
+        moves: i64,
+        meta: &GateMeta,
+        counts: LoadCounts<'_>,
+    ) -> Result<Loaded, GateError> {
+        self.write_counts(at.into(), token, Some(moves), meta, counts)
+            .await
+    }
+
+    async fn write_counts(
+        &self,
+        at: Unit<'_>,
+        token: &str,
+        repair: Option<i64>,
+        meta: &GateMeta,
+        counts: LoadCounts<'_>,
+    ) -> Result<Loaded, GateError> {
         let k = self.keys(at);
         let mut fields = meta_args(meta);
-        if let Some(budget) = budget {
+        if let Some(budget) = counts.budget {
             fields.extend(["budget".to_owned(), budget.to_string()]);
         }
-        let codes = codes.filter(|_| k.codes.is_some());
+        let codes = counts.codes.filter(|_| k.codes.is_some());
         if let Some(codes) = codes {
             fields.extend(["per_code".to_owned(), codes.per_code.to_string()]);
         }
@@ -812,20 +846,31 @@ impl Gate {
         inv.key(&k.remaining)
             .key(&k.users)
             .key(&k.lost)
-            .arg(remaining)
+            .key(&k.loading)
+            .key(&k.orders)
+            .arg(token)
+            .arg(repair.map(|m| m.to_string()).unwrap_or_default())
+            .arg(counts.remaining)
             .arg(fields.len())
             .arg(&fields);
         if let Some(key) = &k.codes {
-            inv.key(key).arg(users.len() * 2);
+            inv.key(key).arg(counts.users.len() * 2);
         }
-        for (customer, active) in users {
+        for (customer, active) in counts.users {
             inv.arg(customer).arg(active);
         }
         for (field, uses) in codes.map(|c| c.uses.as_slice()).unwrap_or_default() {
             inv.arg(field).arg(uses);
         }
+        // Safe to retry: run twice, a load finds the gate loaded and a repair finds it trusted.
         let loaded: i64 = self.invoke("load", &inv).await?;
-        Ok(loaded == 1)
+        match loaded {
+            1 => Ok(Loaded::Now),
+            0 => Ok(Loaded::Already),
+            -1 => Ok(Loaded::Fenced),
+            -2 => Ok(Loaded::Moved),
+            other => Err(GateError::Reply(format!("load: {other}"))),
+        }
     }
 
     /// A change of the voucher (PATCH), under the gate lock `token` holds: adds `delta` to

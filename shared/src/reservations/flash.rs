@@ -147,6 +147,12 @@ impl Flash {
                 return self.writes.reserve(r, now).await;
             }
         }
+        if reply.outcome == ReserveOutcome::Suspect {
+            // Redis changed hands since the gate was loaded: it grants nothing until it has
+            // been repaired from Postgres and the grants it may have lost. Meanwhile 503.
+            self.warmup.repair_suspect(place.unit).await?;
+            reply = ask().await?;
+        }
         if reply.outcome == ReserveOutcome::OutOfStock && campaign.is_none() {
             self.sold_out.mark(&r.code);
         }
@@ -483,24 +489,20 @@ impl Flash {
                 Ok(0) => Ok(()),
                 _ => Err(FromGateError::Pending),
             },
-            Trust::Suspect { replid } => {
-                // A lost grant's event may still be in its send for up to one send timeout
-                // after the failover: counted from when the suspicion was first noticed.
-                let waited = self.gate.suspect_for(unit, &replid).await?;
-                if waited.is_none_or(|w| w < events.send_timeout()) {
-                    return Err(FromGateError::Pending);
+            // A lost grant's event may still be in its send for up to one send timeout after
+            // the failover (counted from when the suspicion was first noticed), or on the
+            // transport. Once both are over, the gate is repaired from Postgres and trusted
+            // again: from then on it knows every order it granted.
+            Trust::Suspect { .. } => match self.warmup.repair_suspect(unit).await {
+                Ok(()) => Ok(()),
+                Err(WarmupError::EventsInFlight | WarmupError::Busy) => Err(FromGateError::Pending),
+                Err(WarmupError::Store(e)) => Err(e.into()),
+                Err(WarmupError::Gate(e)) => Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(code = %unit, error = %Chain(&e), "suspect gate not repaired");
+                    Err(FromGateError::Pending)
                 }
-                if !matches!(events.in_flight(&key).await, Ok(0)) {
-                    return Err(FromGateError::Pending);
-                }
-                if self.gate.trust_again(unit, &replid).await? {
-                    tracing::info!(
-                        code = %unit,
-                        "the gate is trusted again: the grants made before Redis changed hands have landed"
-                    );
-                }
-                Ok(())
-            }
+            },
         }
     }
 

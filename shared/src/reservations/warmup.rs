@@ -12,16 +12,22 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::Parts;
+use crate::domain::Held;
 use crate::domain::VoucherCode;
 use crate::errors::WarmupError;
 use crate::events::Transport;
-use crate::gate::{CodeCounts, Gate, GateMeta, Place, Unit};
+use crate::gate::{CodeCounts, Gate, GateMeta, LoadCounts, Loaded, OrderEntry, Place, Unit};
 use crate::store::Store;
+use crate::store::{CampaignGateSource, GateSource};
 
 /// How long a caller waits for another process to finish loading a voucher into the gate.
 const LOAD_WAIT: Duration = Duration::from_secs(2);
 /// The loading lock expires by itself if its holder dies.
 const LOAD_LOCK_TTL: Duration = Duration::from_secs(5);
+/// Mode A: how long after a failover was first noticed a gate is repaired. A grant it lost is
+/// then in Postgres, or its request has given up (Postgres refuses a use past the limit in any
+/// case: this only keeps the gate from being one short or long for a moment).
+const MODE_A_GRACE: Duration = Duration::from_secs(1);
 
 /// What a warm-up found or did.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -92,8 +98,8 @@ impl Warmup {
                 .await?
             {
                 let result = match unit {
-                    Unit::Voucher(code) => self.load(code).await,
-                    Unit::Campaign(id) => self.load_campaign(id).await,
+                    Unit::Voucher(code) => self.load(code, &token).await,
+                    Unit::Campaign(id) => self.load_campaign(id, &token).await,
                 };
                 if let Err(e) = self.gate.unlock_loading(unit, &token).await {
                     // The lock expires by itself within its TTL.
@@ -131,7 +137,7 @@ impl Warmup {
     /// the uses each code holds, read in one snapshot and written in one script. A sale that
     /// has ended is not loaded into a gate that does not hold it. In mode B, a campaign the
     /// gate held and lost waits for its events in flight, as a voucher does.
-    async fn load_campaign(&self, id: i64) -> Result<bool, WarmupError> {
+    async fn load_campaign(&self, id: i64, token: &str) -> Result<bool, WarmupError> {
         // The cheap checks first, without the walk of the codes.
         let state = self
             .store
@@ -151,39 +157,14 @@ impl Warmup {
             self.store.mark_campaign_gate_loaded(id).await?;
         }
         // What is loaded is read in one snapshot of its own, after the mark.
-        let source = self
-            .store
-            .campaign_gate_source(id, true)
-            .await?
-            .ok_or(WarmupError::NotFound)?;
-        let meta = super::campaigns::campaign_meta(&source, source.version);
-        let mut uses = source.codes;
-        uses.extend(
-            source
-                .code_customers
-                .into_iter()
-                .map(|(code, customer, n)| (Place::code_customer_field(&code, customer), n.into())),
-        );
-        let counts = CodeCounts {
-            per_code: source.per_code_limit.into(),
-            uses,
-        };
         let unit = Unit::Campaign(id);
-        let loaded = self
-            .gate
-            .load(
-                unit,
-                &meta,
-                source.remaining,
-                source.budget_left,
-                &source.users,
-                Some(&counts),
-            )
-            .await?;
+        let snap = self.snapshot(unit).await?;
+        let loaded = self.gate.load(unit, token, &snap.meta, snap.counts());
+        let loaded = fenced_is_busy(unit, loaded.await?)?;
         if loaded {
             tracing::info!(
                 campaign = id,
-                remaining = source.remaining,
+                remaining = snap.remaining,
                 "campaign loaded into the gate"
             );
         }
@@ -199,7 +180,7 @@ impl Warmup {
     /// A sale that has ended is not loaded into a gate that does not hold it: Postgres answers
     /// for it (false, nothing loaded). The mark is written before the load, so a load that dies
     /// half-way still leaves its voucher marked.
-    async fn load(&self, code: &VoucherCode) -> Result<bool, WarmupError> {
+    async fn load(&self, code: &VoucherCode, token: &str) -> Result<bool, WarmupError> {
         let held_before = self
             .store
             .gate_loaded(code)
@@ -222,29 +203,235 @@ impl Warmup {
             }
             self.store.mark_gate_loaded(code).await?;
         }
-        let meta = GateMeta::of(
-            &source.rules,
-            source.reservation_ttl_seconds,
-            source.version,
-        );
+        let snap = Snapshot::voucher(source);
         let loaded = self
             .gate
-            .load(
-                code,
-                &meta,
-                source.remaining,
-                source.budget_left,
-                &source.users,
-                None,
-            )
+            .load(code, token, &snap.meta, snap.counts())
             .await?;
+        let loaded = fenced_is_busy(Unit::Voucher(code), loaded)?;
         if loaded {
             tracing::info!(
                 code = code.as_str(),
-                remaining = source.remaining,
+                remaining = snap.remaining,
                 "voucher loaded into the gate"
             );
         }
         Ok(loaded)
+    }
+}
+
+impl Warmup {
+    /// Rules and counts of `unit` as Postgres holds them, read in one snapshot (a campaign's
+    /// with its customers and codes: a walk as long as the campaign has codes).
+    async fn snapshot(&self, unit: Unit<'_>) -> Result<Snapshot, WarmupError> {
+        Ok(match unit {
+            Unit::Voucher(code) => Snapshot::voucher(
+                self.store
+                    .gate_source(code, true)
+                    .await?
+                    .ok_or(WarmupError::NotFound)?,
+            ),
+            Unit::Campaign(id) => Snapshot::campaign(
+                self.store
+                    .campaign_gate_source(id, true)
+                    .await?
+                    .ok_or(WarmupError::NotFound)?,
+            ),
+        })
+    }
+
+    /// Repairs a gate that is not the copy of Redis' data it was loaded into (a failover that
+    /// may have lost its last grants, `remaining` with them), so that it may grant again; see
+    /// docs/ARCHITECTURE.md, "Faults and what they give". Ok: repaired now, by another caller,
+    /// or not loaded any more (the next reserve loads it). [`WarmupError::EventsInFlight`]:
+    /// the lost grants may still be on their way (one send timeout since the suspicion was
+    /// first noticed has not passed, or mode B's transport still holds events of the gate);
+    /// [`WarmupError::Busy`]: another caller holds the gate lock, or an order moved meanwhile.
+    ///
+    /// Once the lost grants have landed, Postgres counts every use the gate granted except the
+    /// ones still pending in this copy without a row (a mode-B send that failed, a mode-A
+    /// write on its way): the counts are Postgres' less those, written by `load.lua` in one
+    /// step that keeps the orders and checks that none moved since they were read.
+    pub async fn repair_suspect(&self, unit: Unit<'_>) -> Result<(), WarmupError> {
+        let grace = self
+            .events
+            .as_ref()
+            .map_or(MODE_A_GRACE, |events| events.send_timeout());
+        match self.gate.suspect_for(unit, "").await? {
+            None => return Ok(()),
+            Some(waited) if waited < grace => return Err(WarmupError::EventsInFlight),
+            Some(_) => {}
+        }
+        if let Some(events) = &self.events {
+            if events.in_flight(&unit.name()).await? > 0 {
+                return Err(WarmupError::EventsInFlight);
+            }
+        }
+        let token = uuid::Uuid::new_v4().to_string();
+        if !self
+            .gate
+            .try_lock_loading(unit, &token, LOAD_LOCK_TTL)
+            .await?
+        {
+            return Err(WarmupError::Busy);
+        }
+        let result = self.repair_locked(unit, &token).await;
+        if let Err(e) = self.gate.unlock_loading(unit, &token).await {
+            tracing::warn!(code = %unit, error = %crate::telemetry::Chain(&e), "gate lock not released");
+        }
+        result
+    }
+
+    async fn repair_locked(&self, unit: Unit<'_>, token: &str) -> Result<(), WarmupError> {
+        // `#moves` first: a release that reaches the gate after Postgres was read makes the
+        // write refuse, rather than count its use twice.
+        let Some(before) = self.gate.counts(unit).await? else {
+            return Ok(());
+        };
+        let (pending, all) = self.gate.pending(unit).await?;
+        if all > pending.len() {
+            // More than one read holds: the orphan sweep and the consumer shrink it first.
+            return Err(WarmupError::Busy);
+        }
+        let orders: Vec<(VoucherCode, &str)> = pending
+            .iter()
+            .filter_map(|(field, _)| {
+                let (code, order) = unit.split(field)?;
+                Some((VoucherCode::parse(code).ok()?, order))
+            })
+            .collect();
+        let pairs: Vec<(&str, &str)> = orders.iter().map(|(c, o)| (c.as_str(), *o)).collect();
+        let known = self.store.orders_among(&pairs).await?;
+        let mut unlanded = Vec::new();
+        for (code, order) in &orders {
+            if known
+                .iter()
+                .any(|(c, o, _)| c == code.as_str() && o == order)
+            {
+                continue;
+            }
+            if let Some(OrderEntry::Active { held, .. }) = self
+                .gate
+                .order(Place::of(code, unit.campaign()), order)
+                .await?
+            {
+                unlanded.push((code.as_str(), held));
+            }
+        }
+        let mut snap = self.snapshot(unit).await?;
+        snap.hold(&unlanded);
+        let wrote = self
+            .gate
+            .repair_counts(unit, token, before.moves, &snap.meta, snap.counts())
+            .await?;
+        match wrote {
+            Loaded::Now => {
+                tracing::warn!(
+                    code = %unit,
+                    remaining = snap.remaining,
+                    pending = unlanded.len(),
+                    "gate repaired after Redis changed hands: trusted again"
+                );
+                Ok(())
+            }
+            Loaded::Already => Ok(()),
+            Loaded::Fenced | Loaded::Moved => Err(WarmupError::Busy),
+        }
+    }
+}
+
+/// What a gate is written from: rules and counts read from Postgres in one snapshot.
+struct Snapshot {
+    meta: GateMeta,
+    remaining: i64,
+    budget: Option<i64>,
+    users: Vec<(i64, i32)>,
+    codes: Option<CodeCounts>,
+}
+
+impl Snapshot {
+    fn counts(&self) -> LoadCounts<'_> {
+        LoadCounts {
+            remaining: self.remaining,
+            budget: self.budget,
+            users: &self.users,
+            codes: self.codes.as_ref(),
+        }
+    }
+
+    fn voucher(source: GateSource) -> Snapshot {
+        Snapshot {
+            meta: GateMeta::of(
+                &source.rules,
+                source.reservation_ttl_seconds,
+                source.version,
+            ),
+            remaining: source.remaining,
+            budget: source.budget_left,
+            users: source.users,
+            codes: None,
+        }
+    }
+
+    fn campaign(source: CampaignGateSource) -> Snapshot {
+        let meta = super::campaigns::campaign_meta(&source, source.version);
+        let mut uses = source.codes;
+        uses.extend(
+            source
+                .code_customers
+                .into_iter()
+                .map(|(code, customer, n)| (Place::code_customer_field(&code, customer), n.into())),
+        );
+        Snapshot {
+            meta,
+            remaining: source.remaining,
+            budget: source.budget_left,
+            users: source.users,
+            codes: Some(CodeCounts {
+                per_code: source.per_code_limit.into(),
+                uses,
+            }),
+        }
+    }
+
+    /// Counts the uses `held` (code, use) as the gate holds them and Postgres does not yet: each
+    /// takes one use, its customer's, its discount from the budget, and in a campaign's gate
+    /// its code's.
+    fn hold(&mut self, held: &[(&str, Held)]) {
+        for (code, use_) in held {
+            self.remaining -= 1;
+            if let Some(budget) = &mut self.budget {
+                *budget -= use_.discount;
+            }
+            match self.users.iter_mut().find(|(c, _)| *c == use_.customer_id) {
+                Some((_, n)) => *n += 1,
+                None => self.users.push((use_.customer_id, 1)),
+            }
+            if let Some(codes) = &mut self.codes {
+                for field in [
+                    (*code).to_owned(),
+                    Place::code_customer_field(code, use_.customer_id),
+                ] {
+                    match codes.uses.iter_mut().find(|(f, _)| *f == field) {
+                        Some((_, n)) => *n += 1,
+                        None => codes.uses.push((field, 1)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A load the gate refused because the lock is no longer the loader's: it stalled past the
+/// lock's TTL and what it read may be older than a change made since. Nothing was written; the
+/// caller answers as for a lock held by another (a retry loads afresh).
+fn fenced_is_busy(unit: Unit<'_>, loaded: Loaded) -> Result<bool, WarmupError> {
+    match loaded {
+        Loaded::Now => Ok(true),
+        Loaded::Already => Ok(false),
+        Loaded::Fenced | Loaded::Moved => {
+            tracing::warn!(code = %unit, "a load outlived its gate lock: not written");
+            Err(WarmupError::Busy)
+        }
     }
 }

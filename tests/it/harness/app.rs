@@ -543,19 +543,19 @@ impl TestApp {
             source.reservation_ttl_seconds,
             source.version,
         );
-        assert!(self
-            .app
-            .gate()
+        let gate = self.app.gate();
+        let token = super::lock_gate(gate, &code).await;
+        let loaded = gate
             .load(
                 &code,
+                token,
                 &meta,
-                source.remaining,
-                source.budget_left,
-                &source.users,
-                None
+                super::load_counts(source.remaining, source.budget_left, &source.users, None),
             )
             .await
-            .unwrap());
+            .unwrap();
+        assert_eq!(loaded, shared::gate::Loaded::Now);
+        gate.unlock_loading(&code, token).await.unwrap();
         source.remaining
     }
 

@@ -70,3 +70,34 @@ pub async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Takes the gate lock of `at` for a test that loads a gate itself, as the warm-up does before
+/// it loads; returns the token [`shared::gate::Gate::load`] wants.
+pub async fn lock_gate<'u>(
+    gate: &shared::gate::Gate,
+    at: impl Into<shared::gate::Unit<'u>>,
+) -> &'static str {
+    const TOKEN: &str = "test-loader";
+    assert!(
+        gate.try_lock_loading(at, TOKEN, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        "the gate lock is free"
+    );
+    TOKEN
+}
+
+/// What [`shared::gate::Gate::load`] writes, in the order a test reads best.
+pub fn load_counts<'a>(
+    remaining: i64,
+    budget: Option<i64>,
+    users: &'a [(i64, i32)],
+    codes: Option<&'a shared::gate::CodeCounts>,
+) -> shared::gate::LoadCounts<'a> {
+    shared::gate::LoadCounts {
+        remaining,
+        budget,
+        users,
+        codes,
+    }
+}

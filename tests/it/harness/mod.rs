@@ -14,7 +14,8 @@ mod sqs;
 pub use app::{app_role_login, assert_never_reserved, serve_with, TestApp, APP_ROLE_PASSWORD};
 pub use cleanup::Cleanup;
 pub use helpers::{
-    error_of, reserve_req, reserved_event, settings, unique_name, voucher_code, wait_for,
+    error_of, load_counts, lock_gate, reserve_req, reserved_event, settings, unique_name,
+    voucher_code, wait_for,
 };
 pub use modes::{Broker, Mode};
 pub use process::{sample, ServerProcess};

@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 pub struct Proxy {
     pub addr: SocketAddr,
     up: tokio::sync::watch::Sender<bool>,
+    /// Where new connections go: moved as a failover moves a managed service's endpoint.
+    target: tokio::sync::watch::Sender<String>,
     /// Bumped to close every connection open at that moment.
     closings: tokio::sync::watch::Sender<u64>,
 }
@@ -19,7 +21,7 @@ impl Proxy {
         let addr = listener.local_addr().unwrap();
         let (up, watch) = tokio::sync::watch::channel(true);
         let (closings, closing) = tokio::sync::watch::channel(0u64);
-        let target = target.to_owned();
+        let (target_tx, targets) = tokio::sync::watch::channel(target.to_owned());
         tokio::spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = listener.accept().await else {
@@ -29,7 +31,7 @@ impl Proxy {
                     drop(inbound);
                     continue;
                 }
-                let (target, mut watch) = (target.clone(), watch.clone());
+                let (target, mut watch) = (targets.borrow().clone(), watch.clone());
                 let mut closing = closing.clone();
                 closing.mark_unchanged();
                 tokio::spawn(async move {
@@ -44,7 +46,17 @@ impl Proxy {
                 });
             }
         });
-        Proxy { addr, up, closings }
+        Proxy {
+            addr,
+            up,
+            target: target_tx,
+            closings,
+        }
+    }
+
+    /// Sends new connections to `target` from now on (open ones stay where they are).
+    pub fn retarget(&self, target: &str) {
+        self.target.send_replace(target.to_owned());
     }
 
     pub fn set_up(&self, up: bool) {
