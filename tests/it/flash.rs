@@ -792,3 +792,36 @@ async fn a_loader_that_outlived_its_lock_cannot_write_over_a_change() {
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(10));
     assert_eq!(app.gate_meta("STALE", "active").await.as_deref(), Some("0"));
 }
+
+/// The gate's calls are tried again on a dropped connection, so only a script that runs the
+/// same twice may be. Uncount (an order the gate counted twice after it lost data: one use
+/// comes back, the order stays active) is not such a script: a connection dropped after it ran
+/// and before its reply came back gave the use back twice on main. It now runs once; the lost
+/// reply is an error, and the reconciler sees to the drift.
+#[tokio::test]
+async fn an_uncount_whose_reply_is_lost_gives_its_use_back_once() {
+    let app = TestApp::builder()
+        .flash(true)
+        .with_redis_proxy()
+        .spawn()
+        .await;
+    app.voucher("UNCOUNT", 10, json!({})).await;
+    assert_eq!(
+        app.reserve("UNCOUNT", 1, "o1", 100).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(app.gate_remaining("UNCOUNT").await, Some(9));
+    let code = voucher_code("UNCOUNT");
+    app.redis_proxy().drop_replies(1);
+    let removed = app
+        .app
+        .gate()
+        .remove(&code, "o1", Removal::Uncount, Some(1))
+        .await;
+    assert_eq!(
+        app.gate_remaining("UNCOUNT").await,
+        Some(10),
+        "one use back, not two"
+    );
+    assert!(removed.is_err(), "the reply was lost: {removed:?}");
+}

@@ -478,7 +478,14 @@ impl Gate {
             .arg(tombstone)
             .arg(customer);
         in_campaign(&mut inv, &k, at);
-        let reply: String = self.invoke("remove", &inv).await?;
+        // Every removal but Uncount runs the same when repeated (the second finds a tombstone
+        // or no entry). Uncount leaves the order active, so a second run after a reply lost
+        // on a dropped connection would give one use back twice: it is not tried again, and
+        // a lost reply leaves the drift to the reconciler.
+        let reply: String = match how {
+            Removal::Uncount => self.invoke_once("remove", &inv).await?,
+            _ => self.invoke("remove", &inv).await?,
+        };
         parse_removed(&reply)
     }
 

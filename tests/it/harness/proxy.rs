@@ -13,6 +13,9 @@ pub struct Proxy {
     target: tokio::sync::watch::Sender<String>,
     /// Bumped to close every connection open at that moment.
     closings: tokio::sync::watch::Sender<u64>,
+    /// How many of the next answers to drop: the connection is closed as soon as the server
+    /// answers, the answer unsent (the request ran, and the client sees a dropped connection).
+    drop_replies: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Proxy {
@@ -22,6 +25,8 @@ impl Proxy {
         let (up, watch) = tokio::sync::watch::channel(true);
         let (closings, closing) = tokio::sync::watch::channel(0u64);
         let (target_tx, targets) = tokio::sync::watch::channel(target.to_owned());
+        let drop_replies = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let dropping = drop_replies.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = listener.accept().await else {
@@ -34,12 +39,28 @@ impl Proxy {
                 let (target, mut watch) = (targets.borrow().clone(), watch.clone());
                 let mut closing = closing.clone();
                 closing.mark_unchanged();
+                let dropping = dropping.clone();
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
                         return;
                     };
+                    let (mut from_client, mut to_client) = inbound.split();
+                    let (mut from_server, mut to_server) = outbound.into_split();
+                    let requests = tokio::io::copy(&mut from_client, &mut to_server);
+                    let replies = async {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            let n = from_server.read(&mut buf).await?;
+                            if n == 0 || take_one(&dropping) {
+                                return Ok::<(), std::io::Error>(());
+                            }
+                            to_client.write_all(&buf[..n]).await?;
+                        }
+                    };
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = requests => {}
+                        _ = replies => {}
                         _ = watch.wait_for(|up| !*up) => {}
                         _ = closing.changed() => {}
                     }
@@ -51,7 +72,15 @@ impl Proxy {
             up,
             target: target_tx,
             closings,
+            drop_replies,
         }
+    }
+
+    /// The next `n` answers are never sent: each one's connection closes as soon as the server
+    /// answers (a connection lost after the request ran).
+    pub fn drop_replies(&self, n: u32) {
+        self.drop_replies
+            .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Sends new connections to `target` from now on (open ones stay where they are).
@@ -67,4 +96,12 @@ impl Proxy {
     pub fn close_connections(&self) {
         self.closings.send_modify(|n| *n += 1);
     }
+}
+
+/// Takes one from `count` if it is above zero: true when it did.
+fn take_one(count: &std::sync::atomic::AtomicU32) -> bool {
+    use std::sync::atomic::Ordering;
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
