@@ -37,7 +37,12 @@ fn redis_server(port: u16, replica_of: Option<&str>) -> Child {
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
         // A full resync writes an RDB file where the server runs: keep it out of the tree.
-        .args(["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"])
+        .args([
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+        ])
         .current_dir(std::env::temp_dir())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
