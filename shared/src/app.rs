@@ -90,6 +90,7 @@ impl App {
                 events: events.clone(),
             },
             &settings.reservations,
+            settings.sweep.retire_after,
         );
         let sweeper = Sweeper::new(
             store.clone(),

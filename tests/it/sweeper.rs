@@ -11,7 +11,7 @@ use serde_json::json;
 use shared::domain::{ReserveOutcome, Status};
 use shared::store::{Merge, MergeOutcome};
 
-use crate::harness::{reserve_req, voucher_code, wait_for, TestApp};
+use crate::harness::{error_of, reserve_req, voucher_code, wait_for, TestApp};
 
 async fn expired_uses_come_back(flash: bool) {
     let app = TestApp::spawn_mode(flash).await;
@@ -627,6 +627,65 @@ async fn a_flash_sale_that_is_over_leaves_the_gate_in_mode_b() {
         .spawn()
         .await;
     a_sale_that_is_over_leaves_the_gate_and_answers_the_same_after(app).await;
+}
+
+/// Retirement removes the gate's keys first and the mark (Postgres' "the gate may hold it")
+/// after. Before, the mark went first, and a sweep that died before `retire.lua` left live keys
+/// that no sweep visited again. Between the two steps now, a reserve finds the keys gone and the
+/// mark still set: it is answered by Postgres, and must not load the gate again behind the
+/// sweeper's back (it did on main: the mark said the gate had held it). The next sweep finishes.
+#[tokio::test]
+async fn between_retirements_two_steps_a_reserve_loads_nothing_and_the_next_sweep_finishes() {
+    let app = TestApp::builder()
+        .flash(true)
+        .configure(|s| s.sweep.retire_after = Duration::ZERO)
+        .spawn()
+        .await;
+    let ends = Utc::now() + chrono::Duration::milliseconds(500);
+    app.voucher("HALFWAY", 5, json!({"endsAt": ends.to_rfc3339()}))
+        .await;
+    assert_eq!(
+        app.reserve("HALFWAY", 1, "o1", 100).await.0,
+        StatusCode::CREATED
+    );
+    app.settle("HALFWAY").await;
+    tokio::time::sleep(
+        (ends - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(100),
+    )
+    .await;
+    // The sweep's first step, and then it dies.
+    let code = voucher_code("HALFWAY");
+    let retired = app
+        .app
+        .gate()
+        .retire(&code, Utc::now().timestamp_millis(), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(retired, shared::gate::Retired::Retired);
+    assert_eq!(
+        app.app.store().gate_loaded(&code).await.unwrap(),
+        Some(true)
+    );
+
+    let (status, body) = app.reserve("HALFWAY", 2, "o2", 100).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(error_of(&body), "NOT_ELIGIBLE");
+    assert!(body.contains("EXPIRED"), "{body}");
+    let (status, replay) = app.reserve("HALFWAY", 1, "o1", 100).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "a replay, from Postgres: {replay}"
+    );
+    assert_eq!(app.gate_key_count("HALFWAY").await, 0, "not loaded again");
+
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.retired, 1, "{report:?}");
+    assert_eq!(
+        app.app.store().gate_loaded(&code).await.unwrap(),
+        Some(false)
+    );
+    assert_eq!(app.gate_key_count("HALFWAY").await, 0);
 }
 
 /// The rules a change replaced, a voucher's or a campaign's, are kept for mode B's consumer as

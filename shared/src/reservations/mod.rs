@@ -63,8 +63,14 @@ pub struct Reservations {
 }
 
 impl Reservations {
-    pub fn new(parts: Parts, settings: &ReservationSettings) -> Reservations {
-        let warmup = Warmup::new(parts.clone(), settings.warmup_lead);
+    /// `retire_after`: how long after its sale's end the sweeper retires a gate; the warm-up
+    /// never loads a sale that far past its end.
+    pub fn new(
+        parts: Parts,
+        settings: &ReservationSettings,
+        retire_after: std::time::Duration,
+    ) -> Reservations {
+        let warmup = Warmup::new(parts.clone(), settings.warmup_lead, retire_after);
         let writes = GroupCommit::new(
             parts.store.clone(),
             settings.group_commit_max,

@@ -47,16 +47,27 @@ pub struct Warmup {
     events: Option<Arc<dyn Transport>>,
     /// Sales starting within this lead are loaded ahead.
     lead: Duration,
+    /// A sale this long past its end is retired from the gate by the sweeper, and never loaded.
+    retire_after: Duration,
 }
 
 impl Warmup {
-    pub(super) fn new(parts: Parts, lead: Duration) -> Warmup {
+    pub(super) fn new(parts: Parts, lead: Duration, retire_after: Duration) -> Warmup {
         Warmup {
             store: parts.store,
             gate: parts.gate,
             events: parts.events,
             lead,
+            retire_after,
         }
+    }
+
+    /// A sale that ended the retirement delay ago is the sweeper's to retire: never loaded,
+    /// marked or not. The sweeper removes the keys first and the mark after; a reserve that
+    /// comes in between is answered by Postgres instead of loading the gate again behind the
+    /// sweeper's back (its keys would then outlive the mark, and no sweep would visit them).
+    fn retired(&self, ends_at: DateTime<Utc>) -> bool {
+        ends_at + chrono::Duration::from_std(self.retire_after).unwrap_or_default() <= Utc::now()
     }
 
     pub fn lead(&self) -> Duration {
@@ -147,6 +158,9 @@ impl Warmup {
         if !state.flash_sale {
             return Err(WarmupError::NotFlashSale);
         }
+        if self.retired(state.ends_at) {
+            return Ok(false);
+        }
         if state.gate_loaded {
             self.wait_for_lost_grants(Unit::Campaign(id)).await?;
         }
@@ -196,6 +210,9 @@ impl Warmup {
             .ok_or(WarmupError::NotFound)?;
         if !source.flash_sale {
             return Err(WarmupError::NotFlashSale);
+        }
+        if self.retired(source.rules.ends_at) {
+            return Ok(false);
         }
         if !held_before {
             if source.rules.ends_at <= Utc::now() {

@@ -205,38 +205,34 @@ impl Sweeper {
         }
     }
 
-    /// The mark goes first: a reserve arriving meanwhile finds the gate as it was, and once
-    /// the keys are gone, an ended sale that is not marked is answered by Postgres, never loaded
-    /// again. Kept (and marked again) when the gate says no. A voucher's gate or a flash
-    /// campaign's.
+    /// The keys go first, the mark after: a sweep that dies in between leaves the mark, and
+    /// the next sweep visits the gate again and finishes (`retire.lua` answers RETIRED when
+    /// the keys are gone already). The other order left live keys that no sweep would visit.
+    /// A reserve arriving in between is answered by Postgres: the warm-up never loads a sale
+    /// past the retirement delay. A voucher's gate or a flash campaign's.
     async fn retire(
         &self,
         unit: Unit<'_>,
         now: DateTime<Utc>,
         report: &mut SweepReport,
     ) -> Result<(), SweepError> {
-        self.mark_gate_loaded(unit, false).await?;
         let retired = self
             .gate
             .retire(unit, now.timestamp_millis(), self.retire_after)
             .await;
-        match report.gate_ok(retired) {
-            Some(Retired::Retired) => {
-                report.retired += 1;
-                tracing::info!(code = %unit, "retired from the gate");
-            }
-            _ => self.mark_gate_loaded(unit, true).await?,
+        if report.gate_ok(retired) == Some(Retired::Retired) {
+            self.unmark_gate_loaded(unit).await?;
+            report.retired += 1;
+            tracing::info!(code = %unit, "retired from the gate");
         }
         Ok(())
     }
 
-    /// Sets (or clears) the mark in Postgres that the gate may hold `unit`.
-    async fn mark_gate_loaded(&self, unit: Unit<'_>, loaded: bool) -> Result<(), SweepError> {
-        match (unit, loaded) {
-            (Unit::Voucher(code), true) => self.store.mark_gate_loaded(code).await?,
-            (Unit::Voucher(code), false) => self.store.unmark_gate_loaded(code).await?,
-            (Unit::Campaign(id), true) => self.store.mark_campaign_gate_loaded(id).await?,
-            (Unit::Campaign(id), false) => self.store.unmark_campaign_gate_loaded(id).await?,
+    /// Clears the mark in Postgres that the gate may hold `unit`.
+    async fn unmark_gate_loaded(&self, unit: Unit<'_>) -> Result<(), SweepError> {
+        match unit {
+            Unit::Voucher(code) => self.store.unmark_gate_loaded(code).await?,
+            Unit::Campaign(id) => self.store.unmark_campaign_gate_loaded(id).await?,
         }
         Ok(())
     }
@@ -260,7 +256,7 @@ impl Sweeper {
             // Redis lost it (a reserve loads it again). Over long enough, nothing of it can
             // still be on its way: the mark goes.
             if retire {
-                self.mark_gate_loaded(unit, false).await?;
+                self.unmark_gate_loaded(unit).await?;
                 report.retired += 1;
             }
             return Ok(());
