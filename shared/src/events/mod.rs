@@ -182,6 +182,15 @@ pub trait Transport: Send + Sync {
     /// `EVENTS_TIMEOUT_MS`: a send begun longer ago than this has been answered.
     fn send_timeout(&self) -> Duration;
 
+    /// How long after the last event of a key may have been sent [`Transport::in_flight`]
+    /// counts it for sure: the send timeout, and on Amazon SQS a minute more, since
+    /// `ApproximateNumberOfMessages*` may lag that long behind the queue. A gate that lost
+    /// grants is loaded, repaired or trusted only once this long has passed since the loss was
+    /// first noticed and nothing is in flight.
+    fn in_flight_settles(&self) -> Duration {
+        self.send_timeout()
+    }
+
     /// How many events that may have `key` ([`ReservedEvent::key`]: a voucher's code, or a
     /// flash-sale campaign's key) have not landed in Postgres yet. While any may, the gate must
     /// not be loaded for it (their uses would be counted twice), and an order the gate does not

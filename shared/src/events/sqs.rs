@@ -37,6 +37,10 @@ pub struct Received {
     pub receive_count: u32,
 }
 
+/// How far behind the queue SQS' `ApproximateNumberOfMessages*` may be (AWS documents "about
+/// one minute" for them to settle).
+const APPROXIMATE_COUNT_LAG: Duration = Duration::from_secs(60);
+
 pub struct Sqs {
     queue_url: String,
     /// `EVENTS_DLQ_URL`: where an event that can never land goes at once.
@@ -253,6 +257,15 @@ impl Transport for Sqs {
         self.timeout
     }
 
+    fn in_flight_settles(&self) -> Duration {
+        // A local endpoint counts exactly; Amazon SQS' approximate counts may be a minute
+        // behind the queue.
+        match self.endpoint {
+            Some(_) => self.timeout,
+            None => self.timeout + APPROXIMATE_COUNT_LAG,
+        }
+    }
+
     fn in_flight<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Result<u64, EventError>> {
         self.queue_depth().boxed()
     }
@@ -348,5 +361,26 @@ async fn poll(sink: Arc<dyn Sink>, sqs: Arc<Sqs>) {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On main the counts were trusted as soon as they said zero; Amazon SQS' approximate
+    /// counts may lag a minute, so a warm-up or a 404 could go ahead while grants were queued.
+    #[test]
+    fn amazon_sqs_counts_are_trusted_a_minute_after_the_last_send_a_local_one_at_once() {
+        let timeout = Duration::from_secs(1);
+        let aws = Sqs::new("https://sqs/q", None, "us-east-1".into(), timeout);
+        assert_eq!(aws.in_flight_settles(), timeout + Duration::from_secs(60));
+        let local = Sqs::new(
+            "http://127.0.0.1/q",
+            Some("http://127.0.0.1".into()),
+            "us-east-1".into(),
+            timeout,
+        );
+        assert_eq!(local.in_flight_settles(), timeout);
     }
 }

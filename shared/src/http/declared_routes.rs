@@ -341,3 +341,24 @@ async fn the_live_function_serves_its_route_and_nothing_else() {
     assert_eq!(live.len(), 1);
     assert_eq!((live[0].method, live[0].path), ("GET", LIVE_PATH));
 }
+
+/// The admin function generates campaigns of up to `MAX_GENERATED` codes in one request (11-12 s
+/// for a million here): its timeout must leave room for that, within the 30 s an HTTP API
+/// integration waits. On main it had the global 10 s.
+#[test]
+fn the_admin_function_outlives_the_largest_campaign_generation() {
+    let template: serde_norway::Value =
+        serde_norway::from_str(include_str!("../../../template.yaml")).unwrap();
+    let timeout = |function: &str| {
+        template["Resources"][function]["Properties"]["Timeout"]
+            .as_u64()
+            .or_else(|| template["Globals"]["Function"]["Timeout"].as_u64())
+            .unwrap()
+    };
+    assert_eq!(crate::domain::MAX_GENERATED, 1_000_000);
+    assert!(
+        (25..30).contains(&timeout("AdminFunction")),
+        "AdminFunction's timeout: {} s",
+        timeout("AdminFunction")
+    );
+}

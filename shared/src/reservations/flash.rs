@@ -485,10 +485,20 @@ impl Flash {
         match trust {
             Trust::Intact => Ok(()),
             Trust::Unloaded if !self.may_hold(unit).await? => Ok(()),
-            Trust::Unloaded => match events.in_flight(&key).await {
-                Ok(0) => Ok(()),
-                _ => Err(FromGateError::Pending),
-            },
+            Trust::Unloaded => {
+                // A count that lags the queue (Amazon SQS' approximate ones) says zero only once
+                // it has caught up with the sends made before the loss was first noticed.
+                let lag = events
+                    .in_flight_settles()
+                    .saturating_sub(events.send_timeout());
+                if !lag.is_zero() && self.gate.lost_for(unit).await? < events.in_flight_settles() {
+                    return Err(FromGateError::Pending);
+                }
+                match events.in_flight(&key).await {
+                    Ok(0) => Ok(()),
+                    _ => Err(FromGateError::Pending),
+                }
+            }
             // A lost grant's event may still be in its send for up to one send timeout after
             // the failover (counted from when the suspicion was first noticed), or on the
             // transport. Once both are over, the gate is repaired from Postgres and trusted

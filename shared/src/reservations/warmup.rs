@@ -136,7 +136,7 @@ impl Warmup {
         let Some(events) = &self.events else {
             return Ok(());
         };
-        if self.gate.lost_for(unit).await? < events.send_timeout()
+        if self.gate.lost_for(unit).await? < events.in_flight_settles()
             || events.in_flight(&unit.name()).await? > 0
         {
             return Err(WarmupError::EventsInFlight);
@@ -273,7 +273,7 @@ impl Warmup {
         let grace = self
             .events
             .as_ref()
-            .map_or(MODE_A_GRACE, |events| events.send_timeout());
+            .map_or(MODE_A_GRACE, |events| events.in_flight_settles());
         match self.gate.suspect_for(unit, "").await? {
             None => return Ok(()),
             Some(waited) if waited < grace => return Err(WarmupError::EventsInFlight),
