@@ -43,6 +43,19 @@ CREATE TYPE public.fg_change AS (
 );
 
 --
+-- Name: fg_campaign_budget_unused(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_campaign_budget_unused() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.budget_used := 0;
+    RETURN NEW;
+END;
+$$;
+
+--
 -- Name: fg_change_slots(text, smallint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -954,6 +967,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'FG409', MESSAGE = 'LIMIT_BELOW_USED',
               DETAIL = format('%s uses are held', k.used);
     END IF;
+    -- A campaign without a budget keeps budget_used at 0 (the trigger below): given one, it
+    -- counts what its codes hold now. Under the counter's lock, which every use's merge takes:
+    -- a merge committed before is in the sum, one waiting adds its discount after.
+    IF k.budget_amount IS NULL AND p_budget_amount IS NOT NULL AND NOT p_clear_budget THEN
+        SELECT COALESCE(sum(r.discount_amount), 0) INTO k.budget_used
+          FROM voucher v
+          JOIN redemption r ON r.voucher_code = v.code AND r.status IN (1, 2)
+         WHERE v.campaign_id = p_id;
+    END IF;
     IF p_budget_amount < k.budget_used THEN
         RAISE EXCEPTION USING ERRCODE = 'FG409', MESSAGE = 'BUDGET_BELOW_USED',
               DETAIL = format('%s is held', k.budget_used);
@@ -962,7 +984,8 @@ BEGIN
        SET total_limit = CASE WHEN p_clear_total THEN NULL
                               ELSE COALESCE(p_total_limit, c.total_limit) END,
            budget_amount = CASE WHEN p_clear_budget THEN NULL
-                                ELSE COALESCE(p_budget_amount, c.budget_amount) END
+                                ELSE COALESCE(p_budget_amount, c.budget_amount) END,
+           budget_used = k.budget_used
      WHERE c.campaign_id = p_id;
     INSERT INTO campaign_rules (campaign_id, version, starts_at, ends_at, active, superseded_at)
     SELECT g.id, g.version, g.starts_at, g.ends_at, g.active, now()
@@ -1409,6 +1432,19 @@ CREATE FUNCTION public.fg_set_slots(p_code text, p_limit integer, p_slots smalli
 $$;
 
 --
+-- Name: fg_slot_campaign_fixed(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_slot_campaign_fixed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'voucher_slot.campaign of % never changes', OLD.voucher_code
+          USING ERRCODE = 'check_violation', CONSTRAINT = 'voucher_slot_campaign_fixed';
+END;
+$$;
+
+--
 -- Name: fg_take_slot(text, integer, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1624,6 +1660,7 @@ CREATE TABLE public.redemption (
     release_reason text,
     slot smallint,
     CONSTRAINT redemption_customer_id_check CHECK ((customer_id >= 1)),
+    CONSTRAINT redemption_discount_amount_check CHECK ((discount_amount >= 0)),
     CONSTRAINT redemption_order_amount_check CHECK (((order_amount >= 0) AND (order_amount <= '1000000000000000'::bigint))),
     CONSTRAINT redemption_order_id_check CHECK ((order_id ~ '^[A-Za-z0-9_.:-]{1,64}$'::text)),
     CONSTRAINT redemption_release_reason_check CHECK ((release_reason = ANY (ARRAY['CANCELLED'::text, 'EXPIRED'::text, 'REVOKED'::text]))),
@@ -1720,6 +1757,7 @@ CREATE TABLE public.voucher_slot (
     confirmed integer DEFAULT 0 NOT NULL,
     revoked bigint DEFAULT 0 NOT NULL,
     campaign boolean DEFAULT false NOT NULL,
+    CONSTRAINT voucher_slot_campaign_slot_zero CHECK (((NOT campaign) OR (slot = 0))),
     CONSTRAINT voucher_slot_cap_check CHECK ((cap >= 0)),
     CONSTRAINT voucher_slot_confirmed_within_used CHECK (((confirmed >= 0) AND (confirmed <= used))),
     CONSTRAINT voucher_slot_revoked_check CHECK ((revoked >= 0)),
@@ -1864,6 +1902,12 @@ CREATE INDEX voucher_rules_superseded ON public.voucher_rules USING btree (super
 CREATE INDEX voucher_single ON public.voucher USING btree (code) WHERE (campaign_id IS NULL);
 
 --
+-- Name: campaign_counter campaign_counter_budget_unused; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER campaign_counter_budget_unused BEFORE INSERT OR UPDATE ON public.campaign_counter FOR EACH ROW WHEN ((new.budget_amount IS NULL)) EXECUTE FUNCTION public.fg_campaign_budget_unused();
+
+--
 -- Name: campaign_customer campaign_customer_at_zero; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1874,6 +1918,12 @@ CREATE TRIGGER campaign_customer_at_zero AFTER UPDATE OF active ON public.campai
 --
 
 CREATE TRIGGER voucher_customer_at_zero AFTER UPDATE OF active ON public.voucher_customer FOR EACH ROW WHEN ((new.active = 0)) EXECUTE FUNCTION public.fg_forget_idle_customer();
+
+--
+-- Name: voucher_slot voucher_slot_campaign_fixed; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER voucher_slot_campaign_fixed BEFORE UPDATE OF campaign ON public.voucher_slot FOR EACH ROW WHEN ((new.campaign IS DISTINCT FROM old.campaign)) EXECUTE FUNCTION public.fg_slot_campaign_fixed();
 
 --
 -- Name: voucher_slot voucher_slot_caps_sum; Type: TRIGGER; Schema: public; Owner: -

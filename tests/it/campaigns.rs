@@ -533,6 +533,58 @@ async fn bad_campaigns_and_changes_are_refused_naming_the_field() {
     assert_eq!(body["reason"], "NOT_STARTED", "{body}");
 }
 
+/// The Postgres backstop's gaps, closed by V22. On main: a campaign without a budget summed the
+/// discounts held without a bound, and one overflowed bigint failed every later use (503); the
+/// slot-caps check could be turned off for a voucher by marking its slots `campaign`; a
+/// negative discount was stored.
+#[tokio::test]
+async fn the_backstop_has_no_gap_in_budgets_slots_or_discounts() {
+    let app = TestApp::spawn().await;
+    let (id, _) = campaign(&app, json!({"codes": ["N-1", "N-2", "N-3"]})).await;
+    assert_eq!(
+        app.reserve("N-1", 1, "o1", 5_000).await.0,
+        StatusCode::CREATED
+    );
+    // What years of discounts held without a budget came to.
+    app.db
+        .execute(
+            "UPDATE campaign_counter SET budget_used = 9223372036854775000 WHERE campaign_id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    let (status, body) = app.reserve("N-2", 2, "o2", 5_000).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Given a budget, the campaign counts what its codes hold.
+    let (status, view) = app
+        .patch_campaign(id, json!({"budgetAmount": 1_000_000}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_counters(&app, id, 2, Some(2_000)).await;
+    assert_eq!(
+        app.reserve("N-3", 3, "o3", 5_000).await.0,
+        StatusCode::CREATED
+    );
+    assert_counters(&app, id, 3, Some(3_000)).await;
+
+    app.voucher("PLAIN", 5, json!({})).await;
+    for sql in [
+        "UPDATE voucher_slot SET campaign = true WHERE voucher_code = 'PLAIN'",
+        "INSERT INTO voucher_slot (voucher_code, slot, cap, campaign) VALUES ('PLAIN', 7, 100, true)",
+        "INSERT INTO redemption (voucher_code, order_id, customer_id, status, order_amount,
+                                 discount_amount, reserved_at, expires_at)
+         VALUES ('PLAIN', 'neg', 1, 1, 10, -5, now(), now())",
+    ] {
+        let e = app.db.execute(sql, &[]).await.unwrap_err();
+        assert_eq!(
+            e.code(),
+            Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
+            "{sql}: {:?}",
+            e.as_db_error()
+        );
+    }
+}
+
 #[tokio::test]
 async fn sql_past_a_campaigns_total_or_budget_is_refused_by_the_database() {
     let app = TestApp::spawn().await;
