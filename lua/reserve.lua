@@ -17,7 +17,8 @@
 -- being the voucher's version whose rules granted the use ('' when not known: an entry written
 -- before the gate kept it, or no use held). Outcomes are the
 -- service's reserve vocabulary (the same words as fg_reserve and the HTTP errors):
--- RESERVED, REPLAY (same customer, active), ORDER_CONFLICT, RESERVATION_RELEASED (tombstone),
+-- RESERVED, REPLAY (same customer, active, same orderAmount), ORDER_CONFLICT,
+-- ORDER_AMOUNT_MISMATCH (same customer, another orderAmount), RESERVATION_RELEASED (tombstone),
 -- NOT_LOADED, SUSPECT, and rules.lua's refusals.
 --
 -- SUSPECT: the use would be granted, but this node is not the copy of Redis' data the gate was
@@ -38,6 +39,12 @@ if e then
   end
   if e.state == 'R' then
     return {'RESERVATION_RELEASED', e.customer, '0', '0', '0', ''}
+  end
+  -- A retry is the same request again: one with another amount would get a discount decided
+  -- for the first (minimum order, discount <= order never checked for it). An entry written
+  -- before the gate kept the amount reads '0' and is not compared.
+  if e.amount ~= '0' and tonumber(e.amount) ~= amount then
+    return {'ORDER_AMOUNT_MISMATCH', e.customer, '0', '0', '0', ''}
   end
   return {'REPLAY', e.customer, e.reserved, e.expires, e.discount, e.version}
 end

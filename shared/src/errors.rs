@@ -86,6 +86,10 @@ pub enum ReserveError {
     BudgetExhausted,
     #[error("orderId already holds this voucher for another customer")]
     OrderConflict,
+    #[error(
+        "orderId already holds this voucher for another orderAmount; a retry must send the first request's body"
+    )]
+    OrderAmountMismatch,
     #[error("this orderId's reservation was released; use a new orderId")]
     Released,
     #[error("voucher is paused")]
@@ -115,6 +119,7 @@ impl ReserveError {
             O::Reserved | O::Replay | O::Eligible => return None,
             O::Inactive => ReserveError::Inactive,
             O::OrderConflict => ReserveError::OrderConflict,
+            O::OrderAmountMismatch => ReserveError::OrderAmountMismatch,
             O::ReservationReleased => ReserveError::Released,
             O::VoucherNotFound => ReserveError::VoucherNotFound,
             O::NotLoaded | O::Suspect => ReserveError::WarmingUp,

@@ -28,6 +28,7 @@ crate::in_modes!(
         release_returns_the_use_and_confirm_and_release_are_idempotent,
         a_reservation_past_expiry_but_not_swept_can_still_be_confirmed,
         bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing,
+        a_retry_with_another_order_amount_is_refused_not_given_the_first_discount,
     }
 );
 
@@ -569,4 +570,38 @@ async fn a_body_not_declared_as_json_gets_415_and_writes_nothing() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::CREATED);
+}
+
+/// A retry is the same request again (as Stripe treats an idempotency key reused with other
+/// parameters). On main a granted order retried with another `orderAmount` got the first
+/// discount back (201), past `minOrderAmount` and the discount <= order rule, and in mode B its
+/// event was then dead-lettered. It is 409 ORDER_AMOUNT_MISMATCH, writes nothing, and the same
+/// body still replays; also from the sold-out short cut.
+async fn a_retry_with_another_order_amount_is_refused_not_given_the_first_discount(mode: Mode) {
+    let app = TestApp::spawn_in(mode).await;
+    app.voucher(
+        "SAMEBODY",
+        1,
+        json!({"discountAmount": 500, "minOrderAmount": 1_000}),
+    )
+    .await;
+    let (status, first) = app.reserve("SAMEBODY", 1, "o1", 2_000).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    // Sold out now: the short cut answers retries from what the gate holds.
+    assert_eq!(
+        app.reserve("SAMEBODY", 2, "o2", 2_000).await.0,
+        StatusCode::CONFLICT
+    );
+    for amount in [100, 2_001] {
+        let (status, body) = app.reserve("SAMEBODY", 1, "o1", amount).await;
+        assert_eq!(status, StatusCode::CONFLICT, "orderAmount {amount}: {body}");
+        assert_eq!(error_of(&body), "ORDER_AMOUNT_MISMATCH", "{body}");
+    }
+    assert_eq!(
+        app.reserve("SAMEBODY", 1, "o1", 2_000).await,
+        (StatusCode::CREATED, first),
+        "the same body still replays"
+    );
+    let view = app.view("SAMEBODY").await;
+    assert_eq!(view["usedCount"], 1, "{view}");
 }

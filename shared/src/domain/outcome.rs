@@ -10,6 +10,9 @@ pub enum ReserveOutcome {
     Replay,
     /// The orderId holds this voucher for another customer.
     OrderConflict,
+    /// The orderId holds this voucher for the same customer and another order amount: a retry
+    /// must be the same request.
+    OrderAmountMismatch,
     /// The orderId's reservation was released; it cannot reserve again.
     ReservationReleased,
     VoucherNotFound,
@@ -32,10 +35,11 @@ pub enum ReserveOutcome {
 }
 
 impl ReserveOutcome {
-    const ALL: [ReserveOutcome; 15] = [
+    const ALL: [ReserveOutcome; 16] = [
         ReserveOutcome::Reserved,
         ReserveOutcome::Replay,
         ReserveOutcome::OrderConflict,
+        ReserveOutcome::OrderAmountMismatch,
         ReserveOutcome::ReservationReleased,
         ReserveOutcome::VoucherNotFound,
         ReserveOutcome::NotLoaded,
@@ -55,6 +59,7 @@ impl ReserveOutcome {
             ReserveOutcome::Reserved => "RESERVED",
             ReserveOutcome::Replay => "REPLAY",
             ReserveOutcome::OrderConflict => "ORDER_CONFLICT",
+            ReserveOutcome::OrderAmountMismatch => "ORDER_AMOUNT_MISMATCH",
             ReserveOutcome::ReservationReleased => "RESERVATION_RELEASED",
             ReserveOutcome::VoucherNotFound => "VOUCHER_NOT_FOUND",
             ReserveOutcome::NotLoaded => "NOT_LOADED",

@@ -182,6 +182,9 @@ impl From<ReserveError> for ApiError {
             AlreadyUsed => ApiError::new(StatusCode::CONFLICT, "ALREADY_USED", message),
             BudgetExhausted => ApiError::new(StatusCode::CONFLICT, "BUDGET_EXHAUSTED", message),
             OrderConflict => ApiError::new(StatusCode::CONFLICT, "ORDER_CONFLICT", message),
+            OrderAmountMismatch => {
+                ApiError::new(StatusCode::CONFLICT, "ORDER_AMOUNT_MISMATCH", message)
+            }
             Released => ApiError::new(StatusCode::CONFLICT, "RESERVATION_RELEASED", message),
             Inactive => ApiError::not_eligible("INACTIVE", message),
             NotStarted => ApiError::not_eligible("NOT_STARTED", message),

@@ -222,6 +222,14 @@ impl Flash {
         };
         match entry {
             Some(OrderEntry::Active {
+                held, order_amount, ..
+            }) if held.customer_id == r.customer_id
+                && order_amount != 0
+                && order_amount != r.order_amount =>
+            {
+                Err(ReserveError::OrderAmountMismatch)
+            }
+            Some(OrderEntry::Active {
                 held,
                 rules_version,
                 ..

@@ -181,11 +181,59 @@ impl Store {
             )
             .await?;
         one_row_each(&rows, requests.len())?;
-        Ok(requests
+        let mut answers: Vec<_> = requests
             .iter()
             .zip(&rows)
             .map(|((r, _), row)| reserved(r, row))
-            .collect())
+            .collect();
+        let replays: Vec<usize> = rows
+            .iter()
+            .enumerate()
+            .filter(|(_, row)| row.get::<_, Option<&str>>("outcome") == Some("REPLAY"))
+            .map(|(i, _)| i)
+            .collect();
+        if !replays.is_empty() {
+            self.refuse_other_amounts(requests, &replays, &mut answers)
+                .await?;
+        }
+        Ok(answers)
+    }
+
+    /// A retry is the same request again: a replay whose orderAmount is not the one its row was
+    /// reserved with is refused (409 ORDER_AMOUNT_MISMATCH), not answered with a discount
+    /// decided for another order. The amount is read only for replays, in one query: a row's
+    /// amount never changes.
+    async fn refuse_other_amounts(
+        &self,
+        requests: &[(&Reserve, DateTime<Utc>)],
+        replays: &[usize],
+        answers: &mut [Result<Reservation, ReserveError>],
+    ) -> Result<(), StoreError> {
+        let codes: Vec<&str> = replays
+            .iter()
+            .map(|&i| requests[i].0.code.as_str())
+            .collect();
+        let orders: Vec<&str> = replays
+            .iter()
+            .map(|&i| requests[i].0.order_id.as_str())
+            .collect();
+        let rows = self
+            .client()
+            .await?
+            .query_typed(
+                "SELECT k.i::int4 AS i, r.order_amount
+                   FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(code, order_id, i)
+                   JOIN redemption r ON r.voucher_code = k.code AND r.order_id = k.order_id",
+                &[(&codes, Type::TEXT_ARRAY), (&orders, Type::TEXT_ARRAY)],
+            )
+            .await?;
+        for row in rows {
+            let i = replays[row.get::<_, i32>("i") as usize - 1];
+            if row.get::<_, Option<i64>>("order_amount") != Some(requests[i].0.order_amount) {
+                answers[i] = Err(ReserveError::OrderAmountMismatch);
+            }
+        }
+        Ok(())
     }
 
     pub async fn reservation(
