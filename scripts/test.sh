@@ -23,7 +23,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace --exclude flashgate-model --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
-# The model checker explores millions of states: optimised, it takes about a minute.
+# The model checker explores millions of states: optimised, it takes about two minutes.
 cargo test --release --locked -p flashgate-model --no-fail-fast "$@" 2>&1 | tee -a "$log" || status=$?
 # One closing line for the whole workspace (cargo prints one per test binary).
 awk '/^test result:/ { p += $4; f += $6 } END { printf "summary: %d passed, %d failed\n", p, f }' "$log"

@@ -337,6 +337,15 @@ impl Warmup {
         }
         let mut snap = self.snapshot(unit).await?;
         snap.hold(&unlanded);
+        // Read after Postgres: a release that reached Postgres and not yet this copy (its gate
+        // step on its way, or lost) still holds its use here, and gives it back when that step
+        // comes (or the reconciler finishes it). Counted as held, or the use would come back
+        // twice. One that reaches Postgres after the snapshot is counted held twice: a use
+        // short for a moment, until the reconciler repairs the drift.
+        let releasing = self.released_but_active(unit).await?;
+        let releasing: Vec<(&str, Held)> =
+            releasing.iter().map(|(c, h)| (c.as_str(), *h)).collect();
+        snap.hold(&releasing);
         let wrote = self
             .gate
             .repair_counts(unit, token, before.moves, &snap.meta, snap.counts())
@@ -353,6 +362,48 @@ impl Warmup {
             }
             Loaded::Already => Ok(()),
             Loaded::Fenced | Loaded::Moved => Err(WarmupError::Busy),
+        }
+    }
+}
+
+impl Warmup {
+    /// The orders this gate holds active that Postgres has released, as (code, use): a walk
+    /// through the gate's orders in bounded steps (`scan.lua`), with one Postgres query a step.
+    /// Only a failover's repair walks it, once.
+    async fn released_but_active(
+        &self,
+        unit: Unit<'_>,
+    ) -> Result<Vec<(String, Held)>, WarmupError> {
+        let mut found = Vec::new();
+        let mut cursor = 0;
+        loop {
+            let step = self.gate.scan_actives(unit, cursor).await?;
+            let orders: Vec<(&str, &str)> = step
+                .actives
+                .iter()
+                .filter_map(|(field, _)| unit.split(field))
+                .collect();
+            if !orders.is_empty() {
+                for (code, order, released) in self.store.orders_among(&orders).await? {
+                    let Ok(code) = VoucherCode::parse(&code) else {
+                        continue;
+                    };
+                    if !released {
+                        continue;
+                    }
+                    if let Some(OrderEntry::Active { held, .. }) = self
+                        .gate
+                        .order(Place::of(&code, unit.campaign()), &order)
+                        .await?
+                    {
+                        found.push((code.as_str().to_owned(), held));
+                    }
+                }
+            }
+            if step.cursor == 0 {
+                return Ok(found);
+            }
+            cursor = step.cursor;
         }
     }
 }
