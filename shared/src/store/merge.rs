@@ -350,6 +350,12 @@ pub fn is_undefined_table(e: &StoreError) -> bool {
         if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE))
 }
 
+/// A call of a function that does not exist yet: the code was deployed before `migrate` ran.
+pub fn is_undefined_function(e: &StoreError) -> bool {
+    matches!(e, StoreError::Postgres(e)
+        if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION))
+}
+
 /// `fg_merge` raises SQLSTATE FG404 for a voucher that does not exist.
 pub fn is_unknown_voucher(e: &StoreError) -> bool {
     matches!(e, StoreError::Refused { code, .. } if code == "FG404")

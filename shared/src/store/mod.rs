@@ -37,8 +37,8 @@ use deadpool_postgres::Pool;
 
 pub use gate_source::{CampaignGateSource, GateCheck, GateSource};
 pub use merge::{
-    is_undefined_table, is_unknown_voucher, never_passes, Merge, MergeOutcome, Merged, RowFacts,
-    MERGE_BATCH_MAX, MERGE_SET_MAX,
+    is_undefined_function, is_undefined_table, is_unknown_voucher, never_passes, Merge,
+    MergeOutcome, Merged, RowFacts, MERGE_BATCH_MAX, MERGE_SET_MAX,
 };
 pub use sweeps::{Expired, LiveFlashCampaign, LiveFlashVoucher};
 pub use vouchers::{Grants, PatchOutcome, VoucherKind, VoucherState};

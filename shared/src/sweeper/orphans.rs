@@ -86,7 +86,19 @@ impl Sweeper {
         // Not a plain merge: the look-up above and this write are two steps, and a confirm
         // from the gate's entry may have written the row in between. RELEASED is above
         // CONFIRMED in the lattice, so a merge would take a paid order's use back.
-        let merged = self.store.recover_orphan(&merge).await?;
+        let merged = match self.store.recover_orphan(&merge).await {
+            // Deployed before `migrate` (V21): no tombstone until it ran. The orphan stays
+            // pending, its use held: under-allocation for a while, never a confirm overridden.
+            Err(e) if crate::store::is_undefined_function(&e) => {
+                tracing::warn!(
+                    code = code.as_str(),
+                    order_id = order,
+                    "fg_recover_orphan missing: run migrate"
+                );
+                return Ok(false);
+            }
+            merged => merged?,
+        };
         if merged.outcome == MergeOutcome::Unchanged
             && merged.row.as_ref().is_some_and(|r| r.status.is_active())
         {
