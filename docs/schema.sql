@@ -1279,6 +1279,19 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'FG422',
             MESSAGE = 'a reserve a campaign decides';
     END IF;
+    -- One customer's reserves of one campaign with a per-user limit, together: which of them
+    -- is refused, and why (ALREADY_USED after the other's use, or the code's own
+    -- OUT_OF_STOCK), depends on their order, which only the loop keeps.
+    IF EXISTS (
+        SELECT 1
+          FROM unnest(p_codes, p_customers) i(code, customer)
+         CROSS JOIN LATERAL (SELECT x.campaign_id FROM voucher x WHERE x.code = i.code OFFSET 0) v
+          JOIN campaign g ON g.id = v.campaign_id AND g.per_user_limit IS NOT NULL
+         GROUP BY v.campaign_id, i.customer
+        HAVING count(*) > 1) THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG422',
+            MESSAGE = 'one customer''s reserves of one campaign together';
+    END IF;
     RETURN QUERY SELECT * FROM fg_reserve_strict_single(p_codes, p_orders, p_customers,
                                                         p_order_amounts, p_now);
 END;

@@ -94,6 +94,7 @@ async fn budget_covers_exactly_its_share(gate: Arc<Gate>) {
         .unwrap(),
         Loaded::Now
     );
+    gate.unlock_loading(at, token).await.unwrap();
     let answers = join_all(codes.iter().enumerate().map(|(i, code)| {
         let gate = gate.clone();
         async move {
@@ -162,6 +163,7 @@ async fn percentage_discounts_never_pass_the_budget(gate: Arc<Gate>) {
     )
     .await
     .unwrap();
+    gate.unlock_loading(at, token).await.unwrap();
     let amounts = amounts(id as u64, codes.len());
     let answers = join_all(
         codes
@@ -230,6 +232,7 @@ async fn codes_per_user_and_total_hold_together(gate: Arc<Gate>) {
     )
     .await
     .unwrap();
+    gate.unlock_loading(on(0), token).await.unwrap();
     let reserve = |i: usize, customer: i64, order: &str| {
         let gate = gate.clone();
         let at = on(i);
@@ -361,6 +364,7 @@ async fn a_loaded_campaign_knows_its_codes_uses(gate: Arc<Gate>) {
     )
     .await
     .unwrap();
+    gate.unlock_loading(on(0), token).await.unwrap();
     let reserve = |i: usize, customer: i64| {
         let gate = gate.clone();
         let at = on(i);

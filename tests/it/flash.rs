@@ -58,6 +58,7 @@ async fn every_script_outcome(gate: Gate) {
         Loaded::Already,
         "loads only once"
     );
+    gate.unlock_loading(&code, token).await.unwrap();
     assert_eq!(gate.remaining(&code).await.unwrap(), Some(2));
 
     let held = Held {

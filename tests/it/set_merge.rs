@@ -299,7 +299,8 @@ async fn stored(db: &Client) -> Stored {
 }
 
 /// Counters that are not the rows they count, one line each: none, whichever path wrote them.
-/// Slots: their uses and confirmed uses; budgets: the discounts of the active rows.
+/// Slots: their uses and confirmed uses; budgets: the discounts of the active rows (a campaign
+/// without a budget keeps none: V22).
 async fn counters_off(db: &Client) -> Vec<String> {
     let mut off = Vec::new();
     for query in [
@@ -320,8 +321,10 @@ async fn counters_off(db: &Client) -> Vec<String> {
            FROM campaign_counter k
            JOIN voucher v ON v.campaign_id = k.campaign_id
            LEFT JOIN redemption r ON r.voucher_code = v.code AND r.status IN (1, 2)
-          GROUP BY k.campaign_id, k.used, k.budget_used
-         HAVING k.used <> count(r.*) OR k.budget_used <> COALESCE(sum(r.discount_amount), 0)",
+          GROUP BY k.campaign_id, k.used, k.budget_used, k.budget_amount
+         HAVING k.used <> count(r.*)
+             OR k.budget_used <> CASE WHEN k.budget_amount IS NULL THEN 0
+                                      ELSE COALESCE(sum(r.discount_amount), 0) END",
         "SELECT 'campaign customer ' || r.customer_id || ' active ' || COALESCE(max(c.active), 0)
                 || ' held ' || count(*)
            FROM redemption r

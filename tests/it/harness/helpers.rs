@@ -72,7 +72,8 @@ pub async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() 
 }
 
 /// Takes the gate lock of `at` for a test that loads a gate itself, as the warm-up does before
-/// it loads; returns the token [`shared::gate::Gate::load`] wants.
+/// it loads; returns the token [`shared::gate::Gate::load`] wants. The test lets go of it after
+/// (`unlock_loading`): a held lock keeps retirement, repairs and changes away.
 pub async fn lock_gate<'u>(
     gate: &shared::gate::Gate,
     at: impl Into<shared::gate::Unit<'u>>,
