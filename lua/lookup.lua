@@ -7,25 +7,23 @@
 --         (the sold-out short cut, which must stay cheap)
 --
 -- Returns {state, customer, reservedMs, expiresMs, discount, orderAmount, uses, perUser, trust,
--- replid, version}:
+-- version}:
 -- state is 'A' (holds a use), 'R' (tombstone) or '' (no entry, the other fields then '' or '0');
 -- uses is the customer's active uses in the gate, perUser the voucher's per-user limit ('' when
 -- the voucher is not loaded); trust is 'intact' (loaded into the very copy of the data the
 -- script runs on), 'suspect' (loaded, but Redis failed over or restarted since: the last
--- grants before that may be lost), 'unloaded', or '' when not asked; replid is the replication
--- id of the node the script ran on ('' when not asked), for trust.lua; version is the entry's
+-- grants before that may be lost), 'unloaded', or '' when not asked; version is the entry's
 -- rules version ('' when it has none).
 local uses = '0'
 if ARGV[2] ~= '' then
   uses = redis.call('HGET', KEYS[2], ARGV[2]) or '0'
 end
 local per_user = redis.call('HGET', KEYS[3], 'per_user') or ''
-local trust, now = '', ''
+local trust = ''
 if ARGV[3] == '1' then
-  now = incarnation()
   if redis.call('EXISTS', KEYS[3]) == 0 then
     trust = 'unloaded'
-  elseif redis.call('HGET', KEYS[3], 'replid') == now then
+  elseif redis.call('HGET', KEYS[3], 'replid') == incarnation() then
     trust = 'intact'
   else
     trust = 'suspect'
@@ -33,7 +31,7 @@ if ARGV[3] == '1' then
 end
 local e = entry_parse(redis.call('HGET', KEYS[1], ARGV[1]))
 if not e then
-  return {'', '', '0', '0', '0', '0', uses, per_user, trust, now, ''}
+  return {'', '', '0', '0', '0', '0', uses, per_user, trust, ''}
 end
 return {e.state, e.customer, e.reserved, e.expires, e.discount, e.amount, uses, per_user, trust,
-        now, e.version}
+        e.version}

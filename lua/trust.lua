@@ -7,13 +7,12 @@
 -- from Postgres (load.lua, which also trusts it again).
 --
 -- KEYS[1] meta
--- ARGV[1] the replication id the suspicion was reported on ('' : the node this runs on)
 --
--- Records when this node was first found suspect (field `suspect_since`, "replid:ms" on Redis'
--- clock, so every process agrees), and returns the ms since then; -1 when the voucher is not
--- loaded or Redis changed hands again.
-local node = ARGV[1] ~= '' and ARGV[1] or incarnation()
-if redis.call('EXISTS', KEYS[1]) == 0 or incarnation() ~= node then
+-- Records when the node this runs on was first found suspect (field `suspect_since`,
+-- "replid:ms" on Redis' clock, so every process agrees), and returns the ms since then; -1 when
+-- the voucher is not loaded.
+local node = incarnation()
+if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
 local t = redis.call('TIME')

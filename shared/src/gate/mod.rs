@@ -120,9 +120,10 @@ pub enum Trust {
     /// Loaded into the copy of Redis' data it still runs on: an order it does not know was
     /// never granted.
     Intact,
-    /// Loaded, but Redis failed over or restarted since (its replication id is `replid` now):
-    /// the last grants before that may be lost, and their events may still be on the way.
-    Suspect { replid: String },
+    /// Loaded, but Redis failed over or restarted since (the node's replication id is not the
+    /// one the gate was loaded into): the last grants before that may be lost, and their events
+    /// may still be on the way.
+    Suspect,
     /// Not loaded: never, or Redis lost its data.
     Unloaded,
 }
@@ -596,20 +597,16 @@ impl Gate {
         Ok(Duration::from_millis(ms.max(0) as u64))
     }
 
-    /// After a [`Trust::Suspect`] answer or a SUSPECT reserve: how long ago the node that
-    /// reported `replid` ("": the node serving the gate now) was first found suspect (now, if
-    /// this is the first time). None: the voucher is not loaded any more, or Redis changed hands
-    /// again.
+    /// After a [`Trust::Suspect`] answer or a SUSPECT reserve: how long ago the node serving the
+    /// gate now was first found suspect (now, if this is the first time). None: the voucher is
+    /// not loaded any more.
     pub async fn suspect_for<'u>(
         &self,
         at: impl Into<Unit<'u>>,
-        replid: &str,
     ) -> Result<Option<Duration>, GateError> {
         let at = at.into();
         let k = self.keys(at);
-        let ms: i64 = self
-            .invoke("suspect_for", self.trust.key(&k.meta).arg(replid))
-            .await?;
+        let ms: i64 = self.invoke("suspect_for", &self.trust.key(&k.meta)).await?;
         Ok(u64::try_from(ms).ok().map(Duration::from_millis))
     }
 

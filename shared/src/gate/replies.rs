@@ -131,9 +131,9 @@ pub(super) fn parse_copy(reply: &[String], what: CopyWhat) -> Result<CopyStep, G
 }
 
 /// `lookup.lua`'s reply: `{state, customer, reservedMs, expiresMs, discount, amount, uses,
-/// perUser, trust, replid, version}`.
+/// perUser, trust, version}`.
 pub(super) fn parse_lookup(reply: &[String]) -> Result<Lookup, GateError> {
-    let [state, customer, reserved, expires, discount, amount, uses, per_user, trust, replid, version] =
+    let [state, customer, reserved, expires, discount, amount, uses, per_user, trust, version] =
         reply
     else {
         return Err(GateError::Reply(format!("{reply:?}")));
@@ -142,9 +142,7 @@ pub(super) fn parse_lookup(reply: &[String]) -> Result<Lookup, GateError> {
         "" => None,
         "intact" => Some(Trust::Intact),
         "unloaded" => Some(Trust::Unloaded),
-        "suspect" => Some(Trust::Suspect {
-            replid: replid.clone(),
-        }),
+        "suspect" => Some(Trust::Suspect),
         other => return Err(GateError::Reply(format!("unknown trust {other:?}"))),
     };
     let entry = parse_entry([
@@ -318,7 +316,7 @@ mod tests {
         };
         assert_eq!(
             parse_lookup(&s(&[
-                "A", "42", "1000", "901000", "5", "70000", "1", "2", "", "", "3"
+                "A", "42", "1000", "901000", "5", "70000", "1", "2", "", "3"
             ]))
             .unwrap(),
             lookup(
@@ -332,39 +330,34 @@ mod tests {
             )
         );
         assert_eq!(
-            parse_lookup(&s(&["R", "42", "1", "2", "3", "0", "0", "1", "", "", ""])).unwrap(),
+            parse_lookup(&s(&["R", "42", "1", "2", "3", "0", "0", "1", "", ""])).unwrap(),
             lookup(Some(OrderEntry::Tombstone(Some(42))), 0, Some(1))
         );
         assert_eq!(
-            parse_lookup(&s(&["R", "", "0", "0", "0", "0", "0", "1", "", "", ""])).unwrap(),
+            parse_lookup(&s(&["R", "", "0", "0", "0", "0", "0", "1", "", ""])).unwrap(),
             lookup(Some(OrderEntry::Tombstone(None)), 0, Some(1))
         );
         assert_eq!(
-            parse_lookup(&s(&["", "", "0", "0", "0", "0", "2", "", "", "", ""])).unwrap(),
+            parse_lookup(&s(&["", "", "0", "0", "0", "0", "2", "", "", ""])).unwrap(),
             lookup(None, 2, None)
         );
-        assert!(parse_lookup(&s(&["X", "1", "0", "0", "0", "0", "0", "1", "", "", ""])).is_err());
+        assert!(parse_lookup(&s(&["X", "1", "0", "0", "0", "0", "0", "1", "", ""])).is_err());
         assert!(
-            parse_lookup(&s(&["A", "1", "0", "0", "0", "0", "0", "1", "", ""])).is_err(),
+            parse_lookup(&s(&["A", "1", "0", "0", "0", "0", "0", "1", ""])).is_err(),
             "one field short"
         );
         assert!(parse_lookup(&s(&["A", "1"])).is_err());
         let empty = ["", "", "0", "0", "0", "0", "0", ""];
-        let with = |trust: &str, replid: &str| {
+        let with = |trust: &str| {
             let mut v = s(&empty);
-            v.extend(s(&[trust, replid, ""]));
+            v.extend(s(&[trust, ""]));
             parse_lookup(&v).unwrap().trust
         };
-        assert_eq!(with("intact", "abc"), Some(Trust::Intact));
-        assert_eq!(with("unloaded", "abc"), Some(Trust::Unloaded));
-        assert_eq!(
-            with("suspect", "abc"),
-            Some(Trust::Suspect {
-                replid: "abc".into()
-            })
-        );
+        assert_eq!(with("intact"), Some(Trust::Intact));
+        assert_eq!(with("unloaded"), Some(Trust::Unloaded));
+        assert_eq!(with("suspect"), Some(Trust::Suspect));
         let mut v = s(&empty);
-        v.extend(s(&["trusted", "", ""]));
+        v.extend(s(&["trusted", ""]));
         assert!(parse_lookup(&v).is_err());
     }
 

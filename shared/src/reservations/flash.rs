@@ -511,7 +511,7 @@ impl Flash {
             // the failover (counted from when the suspicion was first noticed), or on the
             // transport. Once both are over, the gate is repaired from Postgres and trusted
             // again: from then on it knows every order it granted.
-            Trust::Suspect { .. } => match self.warmup.repair_suspect(unit).await {
+            Trust::Suspect => match self.warmup.repair_suspect(unit).await {
                 Ok(()) => Ok(()),
                 Err(WarmupError::EventsInFlight | WarmupError::Busy) => Err(FromGateError::Pending),
                 Err(WarmupError::Store(e)) => Err(e.into()),

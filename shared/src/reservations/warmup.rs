@@ -274,7 +274,7 @@ impl Warmup {
             .events
             .as_ref()
             .map_or(MODE_A_GRACE, |events| events.in_flight_settles());
-        match self.gate.suspect_for(unit, "").await? {
+        match self.gate.suspect_for(unit).await? {
             None => return Ok(()),
             Some(waited) if waited < grace => return Err(WarmupError::EventsInFlight),
             Some(_) => {}
@@ -310,31 +310,8 @@ impl Warmup {
             // More than one read holds: the orphan sweep and the consumer shrink it first.
             return Err(WarmupError::Busy);
         }
-        let orders: Vec<(VoucherCode, &str)> = pending
-            .iter()
-            .filter_map(|(field, _)| {
-                let (code, order) = unit.split(field)?;
-                Some((VoucherCode::parse(code).ok()?, order))
-            })
-            .collect();
-        let pairs: Vec<(&str, &str)> = orders.iter().map(|(c, o)| (c.as_str(), *o)).collect();
-        let known = self.store.orders_among(&pairs).await?;
-        let mut unlanded = Vec::new();
-        for (code, order) in &orders {
-            if known
-                .iter()
-                .any(|(c, o, _)| c == code.as_str() && o == order)
-            {
-                continue;
-            }
-            if let Some(OrderEntry::Active { held, .. }) = self
-                .gate
-                .order(Place::of(code, unit.campaign()), order)
-                .await?
-            {
-                unlanded.push((code.as_str(), held));
-            }
-        }
+        let pending: Vec<&str> = pending.iter().map(|(field, _)| field.as_str()).collect();
+        let unlanded = self.uses_where(unit, &pending, |row| row.is_none()).await?;
         let mut snap = self.snapshot(unit).await?;
         snap.hold(&unlanded);
         // Read after Postgres: a release that reached Postgres and not yet this copy (its gate
@@ -342,10 +319,19 @@ impl Warmup {
         // comes (or the reconciler finishes it). Counted as held, or the use would come back
         // twice. One that reaches Postgres after the snapshot is counted held twice: a use
         // short for a moment, until the reconciler repairs the drift.
-        let releasing = self.released_but_active(unit).await?;
-        let releasing: Vec<(&str, Held)> =
-            releasing.iter().map(|(c, h)| (c.as_str(), *h)).collect();
-        snap.hold(&releasing);
+        let mut cursor = 0;
+        loop {
+            let step = self.gate.scan_actives(unit, cursor).await?;
+            let actives: Vec<&str> = step.actives.iter().map(|(f, _)| f.as_str()).collect();
+            let releasing = self
+                .uses_where(unit, &actives, |row| row == Some(true))
+                .await?;
+            snap.hold(&releasing);
+            if step.cursor == 0 {
+                break;
+            }
+            cursor = step.cursor;
+        }
         let wrote = self
             .gate
             .repair_counts(unit, token, before.moves, &snap.meta, snap.counts())
@@ -367,44 +353,38 @@ impl Warmup {
 }
 
 impl Warmup {
-    /// The orders this gate holds active that Postgres has released, as (code, use): a walk
-    /// through the gate's orders in bounded steps (`scan.lua`), with one Postgres query a step.
-    /// Only a failover's repair walks it, once.
-    async fn released_but_active(
+    /// Of the gate's orders `fields`, the uses held in the gate of those whose Postgres row
+    /// `pick` keeps (None: no row; Some(released)), as (code, use): one Postgres query, and one
+    /// read of each picked order's entry.
+    async fn uses_where(
         &self,
         unit: Unit<'_>,
+        fields: &[&str],
+        pick: impl Fn(Option<bool>) -> bool,
     ) -> Result<Vec<(String, Held)>, WarmupError> {
-        let mut found = Vec::new();
-        let mut cursor = 0;
-        loop {
-            let step = self.gate.scan_actives(unit, cursor).await?;
-            let orders: Vec<(&str, &str)> = step
-                .actives
-                .iter()
-                .filter_map(|(field, _)| unit.split(field))
-                .collect();
-            if !orders.is_empty() {
-                for (code, order, released) in self.store.orders_among(&orders).await? {
-                    let Ok(code) = VoucherCode::parse(&code) else {
-                        continue;
-                    };
-                    if !released {
-                        continue;
-                    }
-                    if let Some(OrderEntry::Active { held, .. }) = self
-                        .gate
-                        .order(Place::of(&code, unit.campaign()), &order)
-                        .await?
-                    {
-                        found.push((code.as_str().to_owned(), held));
-                    }
-                }
-            }
-            if step.cursor == 0 {
-                return Ok(found);
-            }
-            cursor = step.cursor;
+        let orders: Vec<(&str, &str)> = fields.iter().filter_map(|f| unit.split(f)).collect();
+        if orders.is_empty() {
+            return Ok(Vec::new());
         }
+        let rows = self.store.orders_among(&orders).await?;
+        let mut found = Vec::new();
+        for (code, order) in orders {
+            let row = rows
+                .iter()
+                .find(|(c, o, _)| c == code && o == order)
+                .map(|(_, _, released)| *released);
+            let Ok(code) = VoucherCode::parse(code) else {
+                continue;
+            };
+            if !pick(row) {
+                continue;
+            }
+            let place = Place::of(&code, unit.campaign());
+            if let Some(OrderEntry::Active { held, .. }) = self.gate.order(place, order).await? {
+                found.push((code.as_str().to_owned(), held));
+            }
+        }
+        Ok(found)
     }
 }
 
@@ -465,7 +445,7 @@ impl Snapshot {
     /// Counts the uses `held` (code, use) as the gate holds them and Postgres does not yet: each
     /// takes one use, its customer's, its discount from the budget, and in a campaign's gate
     /// its code's.
-    fn hold(&mut self, held: &[(&str, Held)]) {
+    fn hold(&mut self, held: &[(String, Held)]) {
         for (code, use_) in held {
             self.remaining -= 1;
             if let Some(budget) = &mut self.budget {
@@ -477,7 +457,7 @@ impl Snapshot {
             }
             if let Some(codes) = &mut self.codes {
                 for field in [
-                    (*code).to_owned(),
+                    code.clone(),
                     Place::code_customer_field(code, use_.customer_id),
                 ] {
                     match codes.uses.iter_mut().find(|(f, _)| *f == field) {
