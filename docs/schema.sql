@@ -506,156 +506,6 @@ CREATE FUNCTION public.fg_merge_strict(p_codes text[], p_orders text[], p_custom
     AS $$
 #variable_conflict use_column
 DECLARE
-    c_pos      INT[];
-    c_camp     BIGINT[];
-    r_idx      INT[];
-    r_outcome  TEXT[];
-    r_customer BIGINT[];
-    r_status   SMALLINT[];
-    r_discount BIGINT[];
-    r_expires  TIMESTAMPTZ[];
-    r_flash    BOOLEAN[];
-    r_ecode    TEXT[];
-    r_emsg     TEXT[];
-    w_camp     BIGINT[];
-    w_customer BIGINT[];
-    w_discount BIGINT[];
-    k_ids      BIGINT[];
-    k_uses     BIGINT[];
-    k_money    BIGINT[];
-    expected   INT;
-    written    INT;
-BEGIN
-    -- The changes of campaigns' codes: their positions and campaigns. Each code is read by its
-    -- key in a subquery the campaign test cannot reach (OFFSET 0): as a join, the test let the
-    -- planner pick the partial index of campaigns' codes, (campaign_id, code), and walk all of
-    -- it for each change while its statistics still said the table was small.
-    SELECT array_agg(i.pos::INT ORDER BY i.pos), array_agg(v.campaign_id ORDER BY i.pos)
-      INTO c_pos, c_camp
-      FROM unnest(p_codes) WITH ORDINALITY i(code, pos)
-     CROSS JOIN LATERAL (SELECT x.campaign_id FROM voucher x WHERE x.code = i.code OFFSET 0) v
-     WHERE v.campaign_id IS NOT NULL;
-    IF c_pos IS NULL THEN
-        RETURN QUERY SELECT * FROM fg_merge_strict_single(p_codes, p_orders, p_customers, p_statuses,
-                                                          p_order_amounts, p_discounts, p_reserved_at,
-                                                          p_expires_at, p_reasons, p_now, p_revoke);
-        RETURN;
-    END IF;
-    -- Of a campaign's code, new reserves only: then an APPLIED answer of the codes' path is a
-    -- new use (a row that exists answers UNCHANGED or ORDER_CONFLICT, an order without a
-    -- customer and without a row NOT_FOUND, and a use the code refuses raises, there being no
-    -- revocation).
-    IF EXISTS (SELECT 1 FROM unnest(c_pos) x(pos)
-                WHERE p_statuses[x.pos] IS DISTINCT FROM 1
-                   OR p_revoke[x.pos] IS DISTINCT FROM false) THEN
-        RAISE EXCEPTION USING ERRCODE = 'FG422',
-            MESSAGE = 'a campaign''s code changed other than by a new reserve';
-    END IF;
-
-    SELECT array_agg(s.idx ORDER BY s.idx), array_agg(s.outcome ORDER BY s.idx),
-           array_agg(s.customer_id ORDER BY s.idx), array_agg(s.status ORDER BY s.idx),
-           array_agg(s.discount_amount ORDER BY s.idx), array_agg(s.expires_at ORDER BY s.idx),
-           array_agg(s.flash_sale ORDER BY s.idx), array_agg(s.error_code ORDER BY s.idx),
-           array_agg(s.error_message ORDER BY s.idx)
-      INTO r_idx, r_outcome, r_customer, r_status, r_discount, r_expires, r_flash, r_ecode,
-           r_emsg
-      FROM fg_merge_strict_single(p_codes, p_orders, p_customers, p_statuses, p_order_amounts,
-                                  p_discounts, p_reserved_at, p_expires_at, p_reasons, p_now,
-                                  p_revoke) s;
-
-    -- The campaigns' new uses.
-    SELECT array_agg(c.camp ORDER BY c.pos), array_agg(r.customer ORDER BY c.pos),
-           array_agg(r.discount ORDER BY c.pos)
-      INTO w_camp, w_customer, w_discount
-      FROM unnest(c_pos, c_camp) c(pos, camp)
-      JOIN unnest(r_idx, r_outcome, r_customer, r_discount) r(idx, outcome, customer, discount)
-        ON r.idx = c.pos
-     WHERE r.outcome = 'APPLIED';
-    IF w_camp IS NOT NULL THEN
-        -- Each customer's uses over the campaign: the counters that exist locked in key order,
-        -- then all of the batch's must fit (the loop decides which are refused otherwise). The
-        -- upsert checks again: a counter a concurrent transaction created meanwhile raises.
-        PERFORM 1 FROM campaign_customer cc
-          JOIN (SELECT DISTINCT w.camp, w.customer
-                  FROM unnest(w_camp, w_customer) w(camp, customer)) d
-            ON cc.campaign_id = d.camp AND cc.customer_id = d.customer
-         ORDER BY cc.campaign_id, cc.customer_id
-           FOR UPDATE OF cc;
-        IF EXISTS (SELECT 1
-                     FROM (SELECT w.camp, w.customer, count(*) AS n
-                             FROM unnest(w_camp, w_customer) w(camp, customer)
-                            GROUP BY w.camp, w.customer) d
-                     JOIN campaign g ON g.id = d.camp
-                    WHERE COALESCE((SELECT cc.active FROM campaign_customer cc
-                                     WHERE cc.campaign_id = d.camp
-                                       AND cc.customer_id = d.customer), 0) + d.n
-                          > g.per_user_limit) THEN
-            RAISE EXCEPTION USING ERRCODE = 'FG422',
-                MESSAGE = 'new uses past a campaign''s per-user limit together';
-        END IF;
-        SELECT count(DISTINCT (w.camp, w.customer)) INTO expected
-          FROM unnest(w_camp, w_customer) w(camp, customer);
-        INSERT INTO campaign_customer AS cc (campaign_id, customer_id, active)
-        SELECT w.camp, w.customer, count(*)
-          FROM unnest(w_camp, w_customer) w(camp, customer)
-         GROUP BY w.camp, w.customer
-         ORDER BY w.camp, w.customer
-        ON CONFLICT (campaign_id, customer_id) DO UPDATE SET active = cc.active + EXCLUDED.active
-         WHERE cc.active + EXCLUDED.active
-               <= COALESCE((SELECT g.per_user_limit FROM campaign g WHERE g.id = cc.campaign_id),
-                           cc.active + EXCLUDED.active);
-        GET DIAGNOSTICS written = ROW_COUNT;
-        IF written <> expected THEN
-            RAISE EXCEPTION USING ERRCODE = 'FG422',
-                MESSAGE = 'a campaign''s customer counter moved meanwhile';
-        END IF;
-
-        -- Each campaign's counter, last: moved once by its new uses and their discounts, if
-        -- they all fit.
-        SELECT array_agg(d.camp ORDER BY d.camp), array_agg(d.n ORDER BY d.camp),
-               array_agg(d.money ORDER BY d.camp)
-          INTO k_ids, k_uses, k_money
-          FROM (SELECT w.camp, count(*) AS n, sum(w.discount) AS money
-                  FROM unnest(w_camp, w_discount) w(camp, discount)
-                 GROUP BY w.camp) d;
-        PERFORM 1 FROM campaign_counter k WHERE k.campaign_id = ANY (k_ids)
-         ORDER BY k.campaign_id
-           FOR UPDATE;
-        IF EXISTS (SELECT 1 FROM campaign_counter k
-                     JOIN unnest(k_ids, k_uses, k_money) d(camp, n, money) ON k.campaign_id = d.camp
-                    WHERE k.used + d.n > k.total_limit
-                       OR k.budget_used + d.money > k.budget_amount) THEN
-            RAISE EXCEPTION USING ERRCODE = 'FG422',
-                MESSAGE = 'new uses past a campaign''s total or budget together';
-        END IF;
-        UPDATE campaign_counter k SET used = k.used + d.n, budget_used = k.budget_used + d.money
-          FROM unnest(k_ids, k_uses, k_money) d(camp, n, money)
-         WHERE k.campaign_id = d.camp;
-        GET DIAGNOSTICS written = ROW_COUNT;
-        IF written <> cardinality(k_ids) THEN
-            RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'a campaign without its counter';
-        END IF;
-    END IF;
-
-    RETURN QUERY
-    SELECT r.* FROM unnest(r_idx, r_outcome, r_customer, r_status, r_discount, r_expires, r_flash,
-                           r_ecode, r_emsg) r
-     ORDER BY 1;
-END;
-$$;
-
---
--- Name: fg_merge_strict_single(text[], text[], bigint[], smallint[], bigint[], bigint[], timestamp with time zone[], timestamp with time zone[], text[], timestamp with time zone[], boolean[]); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.fg_merge_strict_single(p_codes text[], p_orders text[], p_customers bigint[], p_statuses smallint[], p_order_amounts bigint[], p_discounts bigint[], p_reserved_at timestamp with time zone[], p_expires_at timestamp with time zone[], p_reasons text[], p_now timestamp with time zone[], p_revoke boolean[]) RETURNS TABLE(idx integer, outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone, flash_sale boolean, error_code text, error_message text)
-    LANGUAGE plpgsql
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
-    SET enable_seqscan TO 'off'
-    AS $$
-#variable_conflict use_column
-DECLARE
     n          INT := COALESCE(array_length(p_codes, 1), 0);
     changes    fg_change[];
     want       RECORD;
@@ -670,6 +520,15 @@ DECLARE
     written    INT;
     b_codes    TEXT[];
     b_deltas   BIGINT[];
+    g_camp     BIGINT[];
+    g_customer BIGINT[];
+    g_new      BOOLEAN[];
+    g_money    BIGINT[];
+    k_ids      BIGINT[];
+    k_uses     BIGINT[];
+    k_money    BIGINT[];
+    k_back     BIGINT[];
+    k_refund   BIGINT[];
 BEGIN
     IF n = 0 THEN
         RETURN;
@@ -914,6 +773,109 @@ BEGIN
         UPDATE voucher_budget b SET used = b.used + d.delta
           FROM unnest(b_codes, b_deltas) d(code, delta)
          WHERE b.voucher_code = d.code;
+    END IF;
+
+    -- Campaigns' counters, last (lock order: code budget -> campaign customer -> campaign
+    -- counter). The uses that move: new uses that won a slot, and given-back uses (a release or
+    -- an expiry of a RESERVED or CONFIRMED row), each of a campaign's code. Each code is read by
+    -- its key in a subquery the campaign test cannot reach (OFFSET 0): as a join, the planner
+    -- picked the partial index of campaigns' codes and walked all of it for each change.
+    SELECT array_agg(v.campaign_id ORDER BY c.idx),
+           array_agg(CASE WHEN c.kind = 'new_use' THEN c.customer_id ELSE c.row_customer END
+                     ORDER BY c.idx),
+           array_agg(c.kind = 'new_use' ORDER BY c.idx),
+           array_agg(CASE WHEN c.kind = 'new_use' THEN c.discount ELSE c.row_discount END
+                     ORDER BY c.idx)
+      INTO g_camp, g_customer, g_new, g_money
+      FROM unnest(changes) c
+     CROSS JOIN LATERAL (SELECT x.campaign_id FROM voucher x WHERE x.code = c.code OFFSET 0) v
+     WHERE v.campaign_id IS NOT NULL
+       AND (c.kind = 'new_use' AND c.slot IS NOT NULL
+            OR c.kind = 'release' AND c.old_status IN (1, 2));
+    IF g_camp IS NOT NULL THEN
+        -- Each customer's counter over the campaign, those that exist locked in key order. The
+        -- new uses must all fit under the per-user limit as if none were given back: then they
+        -- fit in any order of the batch, and the loop would take them all too. Otherwise which
+        -- of them the campaign refuses depends on the order: the loop decides.
+        PERFORM 1 FROM campaign_customer cc
+          JOIN (SELECT DISTINCT g.camp, g.customer
+                  FROM unnest(g_camp, g_customer) g(camp, customer)) d
+            ON cc.campaign_id = d.camp AND cc.customer_id = d.customer
+         ORDER BY cc.campaign_id, cc.customer_id
+           FOR UPDATE OF cc;
+        IF EXISTS (SELECT 1
+                     FROM (SELECT g.camp, g.customer, count(*) AS n
+                             FROM unnest(g_camp, g_customer, g_new) g(camp, customer, new)
+                            WHERE g.new
+                            GROUP BY g.camp, g.customer) d
+                     JOIN campaign p ON p.id = d.camp
+                    WHERE COALESCE((SELECT cc.active FROM campaign_customer cc
+                                     WHERE cc.campaign_id = d.camp
+                                       AND cc.customer_id = d.customer), 0) + d.n
+                          > p.per_user_limit) THEN
+            RAISE EXCEPTION USING ERRCODE = 'FG422',
+                MESSAGE = 'new uses past a campaign''s per-user limit together';
+        END IF;
+        -- The new uses' +1s. The upsert checks the limit again: a counter a concurrent
+        -- transaction created meanwhile raises.
+        SELECT count(DISTINCT (g.camp, g.customer)) INTO expected
+          FROM unnest(g_camp, g_customer, g_new) g(camp, customer, new) WHERE g.new;
+        IF expected > 0 THEN
+            INSERT INTO campaign_customer AS cc (campaign_id, customer_id, active)
+            SELECT g.camp, g.customer, count(*)
+              FROM unnest(g_camp, g_customer, g_new) g(camp, customer, new)
+             WHERE g.new
+             GROUP BY g.camp, g.customer
+             ORDER BY g.camp, g.customer
+            ON CONFLICT (campaign_id, customer_id) DO UPDATE SET active = cc.active + EXCLUDED.active
+             WHERE cc.active + EXCLUDED.active
+                   <= COALESCE((SELECT p.per_user_limit FROM campaign p WHERE p.id = cc.campaign_id),
+                               cc.active + EXCLUDED.active);
+            GET DIAGNOSTICS written = ROW_COUNT;
+            IF written <> expected THEN
+                RAISE EXCEPTION USING ERRCODE = 'FG422',
+                    MESSAGE = 'a campaign''s customer counter moved meanwhile';
+            END IF;
+        END IF;
+        -- The given-back uses' -1s.
+        UPDATE campaign_customer cc SET active = cc.active - d.n
+          FROM (SELECT g.camp, g.customer, count(*) AS n
+                  FROM unnest(g_camp, g_customer, g_new) g(camp, customer, new)
+                 WHERE NOT g.new
+                 GROUP BY g.camp, g.customer) d
+         WHERE cc.campaign_id = d.camp AND cc.customer_id = d.customer;
+
+        -- Each campaign's counter, last: its new uses and their discounts must fit as if
+        -- nothing were given back (as above), then it moves once by both.
+        SELECT array_agg(d.camp ORDER BY d.camp), array_agg(d.n ORDER BY d.camp),
+               array_agg(d.money ORDER BY d.camp), array_agg(d.back ORDER BY d.camp),
+               array_agg(d.refund ORDER BY d.camp)
+          INTO k_ids, k_uses, k_money, k_back, k_refund
+          FROM (SELECT g.camp, count(*) FILTER (WHERE g.new) AS n,
+                       COALESCE(sum(g.money) FILTER (WHERE g.new), 0) AS money,
+                       count(*) FILTER (WHERE NOT g.new) AS back,
+                       COALESCE(sum(g.money) FILTER (WHERE NOT g.new), 0) AS refund
+                  FROM unnest(g_camp, g_new, g_money) g(camp, new, money)
+                 GROUP BY g.camp) d;
+        PERFORM 1 FROM campaign_counter k WHERE k.campaign_id = ANY (k_ids)
+         ORDER BY k.campaign_id
+           FOR UPDATE;
+        IF EXISTS (SELECT 1 FROM campaign_counter k
+                     JOIN unnest(k_ids, k_uses, k_money) d(camp, n, money) ON k.campaign_id = d.camp
+                    WHERE d.n > 0
+                      AND (k.used + d.n > k.total_limit
+                           OR k.budget_used + d.money > k.budget_amount)) THEN
+            RAISE EXCEPTION USING ERRCODE = 'FG422',
+                MESSAGE = 'new uses past a campaign''s total or budget together';
+        END IF;
+        UPDATE campaign_counter k
+           SET used = k.used + d.n - d.back, budget_used = k.budget_used + d.money - d.refund
+          FROM unnest(k_ids, k_uses, k_money, k_back, k_refund) d(camp, n, money, back, refund)
+         WHERE k.campaign_id = d.camp;
+        GET DIAGNOSTICS written = ROW_COUNT;
+        IF written <> cardinality(k_ids) THEN
+            RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'a campaign without its counter';
+        END IF;
     END IF;
 
     RETURN QUERY
