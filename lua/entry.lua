@@ -5,8 +5,9 @@
 -- An `orders` value is
 --   "A|customer|reservedMs|expiresMs|discount|orderAmount|version"  the order holds a use
 --   "R|customer|reservedMs|expiresMs|discount|orderAmount|version"  released: a tombstone, so
---                                                                   the orderId can never
---                                                                   reserve again
+--                                                                   the orderId cannot reserve
+--                                                                   again (kept for a retention:
+--                                                                   release.lua, prune.lua)
 -- `version` is the voucher's version whose rules granted the use (meta's `version`): a retry's
 -- event carries it again, and the consumer checks the event against those rules. Entries written
 -- before the gate kept the amount end at discount (amount reads as 0), those written before it

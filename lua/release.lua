@@ -2,7 +2,8 @@
 -- entry.lua.
 --
 -- KEYS[1] remaining  KEYS[2] users  KEYS[3] orders  KEYS[4] pending  KEYS[5] meta
--- KEYS[6] codes, a campaign's code only (see reserve.lua)
+-- KEYS[6] released (tombstones by the time they were written, so that prune.lua retires them)
+-- KEYS[7] codes, a campaign's code only (see reserve.lua)
 -- ARGV[1] orderId (CODE|orderId in a campaign's gate)
 -- ARGV[2] give_back  '1': an active order's use returns to `remaining`, and its discount to
 --                    meta's `budget` when the voucher has one; '0': they do not (REVOKED:
@@ -13,7 +14,7 @@
 --                    'keep': leave the order active (the gate counted an order twice, after it
 --                    lost data: one use and one customer use come back, the order stays)
 -- ARGV[4] customerId for a tombstone of an order the gate never saw ('' if unknown)
--- ARGV[5] the campaign's code (with KEYS[6] only): its use comes back with the campaign's, and
+-- ARGV[5] the campaign's code (with KEYS[7] only): its use comes back with the campaign's, and
 --         its customer's use of the code with the customer's
 --
 -- Returns RELEASED (was active), ALREADY (was a tombstone), UNKNOWN (no entry) or NOT_LOADED (the
@@ -24,12 +25,18 @@ local keep = ARGV[3] == 'keep'
 if redis.call('EXISTS', KEYS[5]) == 0 then
   return 'NOT_LOADED'
 end
+-- A tombstone is kept for a retention (prune.lua), not for the sale's life: each one written is
+-- recorded with the Redis clock's time.
+local function bury(e)
+  redis.call('HSET', KEYS[3], order, entry_format('R', e))
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[6], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), order)
+end
 local e = entry_parse(redis.call('HGET', KEYS[3], order))
 redis.call('ZREM', KEYS[4], order)
 if not e then
   if tombstone then
-    local unknown = {customer = ARGV[4], reserved = '0', expires = '0', discount = '0', amount = '0'}
-    redis.call('HSET', KEYS[3], order, entry_format('R', unknown))
+    bury({customer = ARGV[4], reserved = '0', expires = '0', discount = '0', amount = '0'})
   end
   return 'UNKNOWN'
 end
@@ -47,16 +54,16 @@ if give_back then
   if e.discount ~= '0' and redis.call('HEXISTS', KEYS[5], 'budget') == 1 then
     redis.call('HINCRBY', KEYS[5], 'budget', e.discount)
   end
-  if KEYS[6] then
-    down(KEYS[6], ARGV[5])
+  if KEYS[7] then
+    down(KEYS[7], ARGV[5])
   end
 end
 down(KEYS[2], e.customer)
-if KEYS[6] then
-  down(KEYS[6], ARGV[5] .. '|' .. e.customer)
+if KEYS[7] then
+  down(KEYS[7], ARGV[5] .. '|' .. e.customer)
 end
 if tombstone then
-  redis.call('HSET', KEYS[3], order, entry_format('R', e))
+  bury(e)
 elseif not keep then
   redis.call('HDEL', KEYS[3], order)
 end

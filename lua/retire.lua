@@ -4,7 +4,7 @@
 --
 -- KEYS[1] meta  KEYS[2] remaining  KEYS[3] users  KEYS[4] orders  KEYS[5] pending
 -- KEYS[6] loading  KEYS[7] lost   (see reserve.lua and shared/src/gate/keys.rs)
--- KEYS[8] codes, a campaign's gate only
+-- KEYS[8] released  KEYS[9] codes, a campaign's gate only
 -- ARGV[1] now (ms)  ARGV[2] the retirement delay after the sale's end (ms)
 --
 -- Returns RETIRED (also when the voucher's meta is gone already: what is left goes), LIVE (the
@@ -21,8 +21,8 @@ local ends = redis.call('HGET', KEYS[1], 'ends_ms')
 if ends and tonumber(ends) + tonumber(ARGV[2]) > tonumber(ARGV[1]) then
   return 'LIVE'
 end
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7])
-if KEYS[8] then
-  redis.call('UNLINK', KEYS[8])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7], KEYS[8])
+if KEYS[9] then
+  redis.call('UNLINK', KEYS[9])
 end
 return 'RETIRED'

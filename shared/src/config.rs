@@ -131,6 +131,10 @@ pub struct SweepSettings {
     /// flight, the sweeper removes every gate key of the voucher; Postgres answers for it from
     /// then on.
     pub retire_after: Duration,
+    /// `GATE_TOMBSTONE_RETENTION_SECONDS`: a released order's tombstone stays in the gate this
+    /// long (a retry of it is answered there), then the sweeper deletes it; afterwards Postgres'
+    /// row answers such a retry in mode A. At least an hour.
+    pub tombstone_retention: Duration,
 }
 
 /// The local server (`flashgate serve`). In AWS, API Gateway does this job, so the Lambda
@@ -396,6 +400,11 @@ impl Settings {
                     "GATE_RETIRE_AFTER_SECONDS",
                     86_400,
                 )?),
+                tombstone_retention: Duration::from_secs(at_least(
+                    "GATE_TOMBSTONE_RETENTION_SECONDS",
+                    parse(&get, "GATE_TOMBSTONE_RETENTION_SECONDS", 86_400)?,
+                    3_600,
+                )?),
             },
             server: ServerSettings {
                 port: parse(&get, "PORT", 3000)?,
@@ -514,6 +523,17 @@ where
 }
 
 /// A count or duration where zero would mean "serve nothing" or "time out at once".
+fn at_least(name: &'static str, value: u64, min: u64) -> Result<u64, ConfigError> {
+    if value >= min {
+        Ok(value)
+    } else {
+        Err(ConfigError {
+            name,
+            problem: format!("{value} is not valid: at least {min}"),
+        })
+    }
+}
+
 fn at_least_one<T: PartialOrd + From<u8> + std::fmt::Display>(
     name: &'static str,
     value: T,

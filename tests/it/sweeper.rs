@@ -788,3 +788,81 @@ async fn customers_whose_uses_came_back_leave_no_counter_row() {
     );
     assert_eq!(counters().await, vec![(1, 2), (2, 1)]);
 }
+
+/// A released order's tombstone answers a retry of it from the gate for the retention only;
+/// then a sweep deletes it, and Postgres answers the retry the same (mode A). So a sale that
+/// lasts years keeps in its `orders` hash what is live and what was released within the
+/// retention, not every order it ever released; a backlog leaves a bounded batch a call. On
+/// main a tombstone stayed until the sale's end plus the retirement delay.
+#[tokio::test]
+async fn tombstones_leave_the_gate_a_retention_after_their_release() {
+    let retention = Duration::from_millis(1500);
+    let app = TestApp::builder()
+        .flash(true)
+        .configure(move |s| s.sweep.tombstone_retention = retention)
+        .spawn()
+        .await;
+    app.voucher("TOMBS", 10, json!({})).await;
+    for (customer, order) in [(1, "o1"), (2, "o2")] {
+        assert_eq!(
+            app.reserve("TOMBS", customer, order, 100).await.0,
+            StatusCode::CREATED
+        );
+    }
+    app.settle("TOMBS").await;
+    assert_eq!(app.release("TOMBS", "o1").await.0, StatusCode::NO_CONTENT);
+    // A fixed wait on purpose: the Redis clock passing the retention is what makes it due.
+    tokio::time::sleep(retention + Duration::from_millis(200)).await;
+    assert_eq!(app.release("TOMBS", "o2").await.0, StatusCode::NO_CONTENT);
+
+    let keys = app.gate_keys("TOMBS");
+    let mut r = app.redis().await;
+    let entry = async |r: &mut _, order: &str| -> Option<String> {
+        redis::cmd("HGET")
+            .arg(&keys.orders)
+            .arg(order)
+            .query_async(r)
+            .await
+            .unwrap()
+    };
+    assert!(entry(&mut r, "o1").await.unwrap().starts_with("R|"));
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.tombstones_pruned, 1, "{report:?}");
+    assert_eq!(entry(&mut r, "o1").await, None, "past the retention");
+    assert!(
+        entry(&mut r, "o2").await.unwrap().starts_with("R|"),
+        "within it"
+    );
+
+    // Both retries answer the same: o2 from its tombstone, o1 from Postgres' row, the gate's
+    // use given back.
+    for (customer, order) in [(2, "o2"), (1, "o1")] {
+        let (status, body) = app.reserve("TOMBS", customer, order, 100).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{order}: {body}");
+        assert_eq!(error_of(&body), "RESERVATION_RELEASED", "{order}");
+    }
+    assert_eq!(app.gate_remaining("TOMBS").await, Some(10));
+    assert_eq!(app.view("TOMBS").await["usedCount"], 0);
+
+    // A backlog (1,234 tombstones due at once) leaves in calls of 500, within one run.
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(&keys.released);
+    let mut hset = redis::cmd("HSET");
+    hset.arg(&keys.orders);
+    for i in 0..1234 {
+        zadd.arg(1).arg(format!("old-{i}"));
+        hset.arg(format!("old-{i}"))
+            .arg(format!("R|{}|1|2|10|100", 1_000 + i));
+    }
+    let () = zadd.query_async(&mut r).await.unwrap();
+    let () = hset.query_async(&mut r).await.unwrap();
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.tombstones_pruned, 1234, "{report:?}");
+    let left: i64 = redis::cmd("HLEN")
+        .arg(&keys.orders)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    // o1 (its tombstone written again by the retry), o2, and `#moves`.
+    assert_eq!(left, 3);
+}

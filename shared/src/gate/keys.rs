@@ -134,6 +134,9 @@ pub struct Keys {
     pub loading: String,
     /// When a warm-up first found the voucher gone from a gate that had held it (`lost.lua`).
     pub lost: String,
+    /// Tombstones by the time `release.lua` wrote them (a sorted set: orders field -> ms), so
+    /// that `prune.lua` retires them after the retention.
+    pub released: String,
     /// A campaign's gate only: code -> uses held, `CODE|customerId` -> that customer's uses of
     /// the code (`lua/reserve.lua`). Fields at zero are deleted: it holds the uses held.
     pub codes: Option<String>,
@@ -160,6 +163,7 @@ impl Keys {
             pending: key("pending"),
             loading: key("loading"),
             lost: key("lost"),
+            released: key("released"),
             codes: campaign.then(|| key("codes")),
         }
     }
@@ -187,6 +191,7 @@ mod tests {
             &k.pending,
             &k.loading,
             &k.lost,
+            &k.released,
         ] {
             assert!(key.starts_with("voucher:{SALE-1}:"), "{key}");
         }
@@ -216,6 +221,7 @@ mod tests {
             &ka.pending,
             &ka.loading,
             &ka.lost,
+            &ka.released,
         ] {
             assert!(key.starts_with("p:campaign:{campaign:7}:"), "{key}");
         }

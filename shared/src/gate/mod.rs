@@ -261,6 +261,7 @@ pub struct Gate {
     trust: Script,
     lost: Script,
     retire: Script,
+    prune: Script,
     unlock: Script,
 }
 
@@ -315,6 +316,7 @@ impl Gate {
             trust: script(&[INCARNATION], include_str!("../../../lua/trust.lua")),
             lost: Script::new(include_str!("../../../lua/lost.lua")),
             retire: Script::new(include_str!("../../../lua/retire.lua")),
+            prune: script(&[ENTRY], include_str!("../../../lua/prune.lua")),
             load: script(&[INCARNATION, ENTRY], include_str!("../../../lua/load.lua")),
             patch: Script::new(include_str!("../../../lua/patch.lua")),
             sync: Script::new(include_str!("../../../lua/sync.lua")),
@@ -474,6 +476,7 @@ impl Gate {
             .key(&k.orders)
             .key(&k.pending)
             .key(&k.meta)
+            .key(&k.released)
             .arg(at.field(order_id).as_ref())
             .arg(give_back)
             .arg(tombstone)
@@ -566,7 +569,8 @@ impl Gate {
             .key(&k.orders)
             .key(&k.pending)
             .key(&k.loading)
-            .key(&k.lost);
+            .key(&k.lost)
+            .key(&k.released);
         if let Some(codes) = &k.codes {
             inv.key(codes);
         }
@@ -579,6 +583,24 @@ impl Gate {
             "LOCKED" => Ok(Retired::Locked),
             other => Err(GateError::Reply(other.to_owned())),
         }
+    }
+
+    /// Deletes at most `limit` of the gate's tombstones written more than `retention` ago (by
+    /// the Redis clock). Answers how many went, and whether older ones are left for another
+    /// call. See `lua/prune.lua`.
+    pub async fn prune_tombstones<'u>(
+        &self,
+        at: impl Into<Unit<'u>>,
+        retention: Duration,
+        limit: u32,
+    ) -> Result<(u64, bool), GateError> {
+        let k = self.keys(at.into());
+        let mut inv = self.prune.key(&k.orders);
+        inv.key(&k.released)
+            .arg(retention.as_millis() as u64)
+            .arg(limit);
+        let (pruned, more): (u64, u8) = self.invoke("prune", &inv).await?;
+        Ok((pruned, more == 1))
     }
 
     /// A voucher gone from a gate that had held it: how long ago a warm-up first found it so

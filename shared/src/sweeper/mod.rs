@@ -5,20 +5,22 @@
 //! 1. **expire**: RESERVED past `expiresAt` are released in Postgres in bounded batches
 //!    (`fg_expire`: `FOR UPDATE SKIP LOCKED`, counters in the same transaction), then their uses
 //!    go back to the gate for flash vouchers;
-//! 2. **orphans** (`orphans`): orders pending in a gate for longer than TTL + grace with no
+//! 2. **prune**: each gate the Postgres mark says may be loaded loses its tombstones written more
+//!    than `GATE_TOMBSTONE_RETENTION_SECONDS` ago, a bounded number a run (`prune.lua`);
+//! 3. **orphans** (`orphans`): orders pending in a gate for longer than TTL + grace with no
 //!    Postgres row (the process died between gate and Postgres, or the event was lost) are
 //!    written as RELEASED tombstones in Postgres first, then released in the gate; pending
 //!    orders that Postgres has are just cleared;
-//! 3. **reconcile** (`reconcile`): each loaded gate's rules are brought to Postgres' (after a
+//! 4. **reconcile** (`reconcile`): each loaded gate's rules are brought to Postgres' (after a
 //!    change of the voucher whose last gate step failed), and its `remaining` is compared with
 //!    `total_limit - uses held - pending not yet in Postgres`; drift is reported, and repaired
 //!    only when nothing is in flight and the figures hold still across two reads;
-//! 4. **retire**: a voucher whose sale ended `GATE_RETIRE_AFTER_SECONDS` ago, with nothing of
+//! 5. **retire**: a voucher whose sale ended `GATE_RETIRE_AFTER_SECONDS` ago, with nothing of
 //!    it pending and a last reconciliation equal, leaves the gate: every key goes (`retire.lua`)
 //!    and its mark in Postgres is cleared, so Postgres answers for it from then on and sweeps
 //!    visit only what the gate may hold;
-//! 5. **warm-up**: flash vouchers whose sale starts within the lead are loaded;
-//! 6. **forget**: rules a change superseded more than [`RULES_KEPT`] ago leave `voucher_rules`
+//! 6. **warm-up**: flash vouchers whose sale starts within the lead are loaded;
+//! 7. **forget**: rules a change superseded more than [`RULES_KEPT`] ago leave `voucher_rules`
 //!    and `campaign_rules` (mode B's consumer checks an event against the rules that granted it; no queue keeps an
 //!    event longer), a bounded batch a run.
 //!
@@ -50,6 +52,13 @@ pub const EXPIRE_BATCH: i32 = 500;
 /// message 14 days at most (a Kafka topic's retention is the operator's: keep it within this).
 pub const RULES_KEPT: Duration = Duration::from_secs(14 * 86_400);
 
+/// Tombstones one `prune.lua` call looks at: a few hundred microseconds of Redis.
+pub const PRUNE_BATCH: u32 = 500;
+
+/// `prune.lua` calls per gate per run: 20,000 tombstones a gate a run at most, far above any
+/// gate's releases between two runs.
+pub const PRUNE_CALLS: u32 = 40;
+
 /// Superseded rules deleted per run at most: the table holds only changes, so a run or two
 /// clears a day's.
 pub const FORGET_BATCH: i64 = 1000;
@@ -70,6 +79,8 @@ pub struct SweepReport {
     pub retired: u64,
     /// Superseded rules no event can still need, deleted.
     pub rules_forgotten: u64,
+    /// Tombstones of released orders past the retention, deleted from the gate.
+    pub tombstones_pruned: u64,
     /// Gate calls that failed; what they left is picked up by the next run.
     pub gate_errors: u64,
     pub duration_ms: u64,
@@ -88,6 +99,7 @@ impl SweepReport {
             ("warmed", self.warmed),
             ("retired", self.retired),
             ("rules_forgotten", self.rules_forgotten),
+            ("tombstones_pruned", self.tombstones_pruned),
             ("gate_errors", self.gate_errors),
         ];
         for (kind, n) in kinds {
@@ -119,6 +131,8 @@ pub struct Sweeper {
     orphan_grace: Duration,
     /// A voucher leaves the gate this long after its sale's end.
     retire_after: Duration,
+    /// A tombstone leaves the gate this long after it was written.
+    tombstone_retention: Duration,
 }
 
 impl Sweeper {
@@ -129,6 +143,7 @@ impl Sweeper {
             warmup,
             orphan_grace: settings.orphan_grace,
             retire_after: settings.retire_after,
+            tombstone_retention: settings.tombstone_retention,
         }
     }
 
@@ -175,6 +190,7 @@ impl Sweeper {
             warmed = report.warmed,
             retired = report.retired,
             rules_forgotten = report.rules_forgotten,
+            tombstones_pruned = report.tombstones_pruned,
             gate_errors = report.gate_errors,
             duration_ms = report.duration_ms,
             "sweep"
@@ -261,6 +277,7 @@ impl Sweeper {
             }
             return Ok(());
         }
+        self.prune_tombstones(unit, report).await;
         if let Some(in_flight) = self.orphans(unit, ttl_ms, now, report).await? {
             let drift = report.drift_found;
             self.reconcile(unit, in_flight, report).await?;
@@ -269,6 +286,25 @@ impl Sweeper {
             }
         }
         Ok(())
+    }
+
+    /// The gate's tombstones past the retention, [`PRUNE_BATCH`] a call and at most
+    /// [`PRUNE_CALLS`] calls a gate a run: a backlog (the first run after an upgrade, a burst of
+    /// releases) is cleared over a few runs, and no run holds Redis longer as history grows.
+    async fn prune_tombstones(&self, unit: Unit<'_>, report: &mut SweepReport) {
+        for _ in 0..PRUNE_CALLS {
+            let pruned = self
+                .gate
+                .prune_tombstones(unit, self.tombstone_retention, PRUNE_BATCH)
+                .await;
+            let Some((pruned, more)) = report.gate_ok(pruned) else {
+                return;
+            };
+            report.tombstones_pruned += pruned;
+            if !more {
+                return;
+            }
+        }
     }
 
     async fn warm_up_soon(

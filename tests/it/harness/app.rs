@@ -560,7 +560,7 @@ impl TestApp {
     }
 
     /// A connection to the Redis this test's server uses.
-    async fn redis(&self) -> redis::aio::MultiplexedConnection {
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(redis_url())
             .unwrap()
             .get_multiplexed_async_connection()
