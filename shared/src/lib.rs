@@ -11,7 +11,8 @@
 //! - [`config`]: settings from the environment, secrets wrapped; [`telemetry`]: JSON logs,
 //!   error chains, the one metrics emitter; [`errors`]: one error enum per operation.
 //! - [`store`]: Postgres, the source of truth. The pool, migrations and every SQL statement;
-//!   status changes all go through `Store::merge` (the SQL function `fg_merge`).
+//!   status changes all go through `Store::merge_batch` (the set-based `fg_merge_strict`, and
+//!   when it declines a batch the loop of `fg_merge` calls, `fg_merge_batch`).
 //! - [`gate`]: the Redis gate of flash-sale vouchers and campaigns (Lua scripts in `lua/`, keys
 //!   built only in `gate::keys`: a voucher's own, or a campaign's shared by its codes; the rules
 //!   as the scripts read them in `gate::GateMeta`).

@@ -1,11 +1,12 @@
 //! Group commit in a long-running process (`flashgate serve`): reserves that arrive while a
 //! batch is being written go together in the next one, in one round trip, one transaction and
 //! one commit, and each is answered after that commit. Standard reserves go as one
-//! `fg_reserve_set`, mode A's flash winners as one `fg_merge_set`: set-based writes, a fixed
-//! handful of statements whatever the batch's size.
+//! `fg_reserve_strict`, mode A's flash winners as one `fg_merge_strict`: set-based writes, a
+//! fixed handful of statements whatever the batch's size (the loop when they decline).
 //!
-//! A Lambda environment serves one request at a time, so there every batch holds one request:
-//! counter slots are what spread its winners. On by default (`GROUP_COMMIT_MAX`, at most
+//! An on-demand Lambda environment serves one request at a time, so there every batch holds
+//! one request and counter slots are what spread its winners; on Managed Instances an
+//! environment serves several at once (`lambda.rs`), and their reserves batch as here. On by default (`GROUP_COMMIT_MAX`, at most
 //! `MERGE_BATCH_MAX` requests a batch); `GROUP_COMMIT_MAX=1` writes each request on its own.
 
 use std::sync::{Arc, OnceLock};

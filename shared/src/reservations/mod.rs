@@ -2,7 +2,8 @@
 //! reserves, confirms, releases or warms up calls one method here, so the local server and every
 //! Lambda function run the same code.
 //!
-//! Standard vouchers are decided by Postgres alone (`fg_reserve`, one round trip). Flash-sale
+//! Standard vouchers are decided by Postgres alone: group commit writes each batch of reserves
+//! with `fg_reserve_strict` (the loop of `fg_reserve` when it declines). Flash-sale
 //! vouchers are decided by the Redis gate (`flash`), the winner then written to Postgres with
 //! the merge (mode A) or sent as an event (mode B). `warmup` loads a flash voucher into the
 //! gate. See docs/ARCHITECTURE.md, "Standard mode" and "Flash-sale mode".

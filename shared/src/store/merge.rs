@@ -1,7 +1,7 @@
 //! The one status change: every reserve written from the gate, confirm, release, event and
-//! sweep goes through [`Store::merge_batch`], which calls `fg_merge_set`: the set-based write
-//! of a whole batch, with exactly `fg_merge`'s outcomes (docs/ARCHITECTURE.md, "The
-//! reservation lattice" and "Set-based batch writes").
+//! sweep goes through [`Store::merge_batch`], which calls `fg_merge_strict`: the set-based write
+//! of a whole batch, with exactly `fg_merge`'s outcomes, or the loop `fg_merge_batch` when it
+//! declines (docs/ARCHITECTURE.md, "The reservation lattice" and "Set-based batch writes").
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;

@@ -3,9 +3,11 @@
 //!
 //! Queries go through `query_typed`, which uses the unnamed statement: no named prepared
 //! statement is left on the connection, so RDS Proxy can keep multiplexing it (named statements
-//! pin a client to one backend). Each operation is one round trip; the status logic itself lives
-//! in the SQL functions `fg_reserve` and `fg_merge` (migrations/), so it runs next to the rows it
-//! locks and the voucher row is touched once, at the end of the transaction.
+//! pin a client to one backend). Each operation is one round trip (two when a batch falls back
+//! to the loop); the status logic itself lives in the SQL functions (migrations/): the
+//! set-based `fg_reserve_strict` and `fg_merge_strict` for batches, the loop of `fg_reserve` and
+//! `fg_merge` calls when those decline. It runs next to the rows it locks; the voucher row is
+//! only read.
 //!
 //! # Files
 //!
@@ -14,8 +16,8 @@
 //! - `vouchers`: creating, reading, listing and changing vouchers.
 //! - `campaigns`: creating campaigns with their codes, reading, listing and changing them.
 //! - `reservations`: reserves (one or a batch), validation, reading and listing reservations.
-//! - `merge`: the one status change, `fg_merge`: confirm, release, and every write of the gate,
-//!   the events and the sweeps.
+//! - `merge`: the one status change, `Store::merge_batch` (`fg_merge_strict`, then the loop):
+//!   confirm, release, and every write of the gate, the events and the sweeps.
 //! - `sweeps`: the sweeper's reads and its expiry batch.
 //! - `gate_source`: what the gate is loaded from and reconciled with.
 //! - `rows`: the row readers more than one of those files share (a reader only one query needs

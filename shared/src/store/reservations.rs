@@ -1,4 +1,5 @@
-//! Reservations: validating and making them (standard mode, `fg_reserve_set`), reading one
+//! Reservations: validating and making them (standard mode, `fg_reserve_strict`, then the loop
+//! `fg_reserve_batch`), reading one
 //! and listing a voucher's.
 
 use chrono::{DateTime, Utc};
@@ -118,7 +119,8 @@ impl Store {
         .await
     }
 
-    /// Standard-mode reserve: one call to `fg_reserve`, one round trip.
+    /// Standard-mode reserve on its own: a batch of one (`fg_reserve_strict`, the loop when it
+    /// declines). Group commit batches the reserves that arrive together.
     pub async fn reserve(
         &self,
         r: &Reserve,
