@@ -1,4 +1,4 @@
--- The schema migrations/ leave: written by scripts/schema.sh, do not edit.
+-- The schema migrations/ and sql/functions/ leave: written by scripts/schema.sh, do not edit.
 --
 -- PostgreSQL database dump
 --
@@ -1183,26 +1183,6 @@ END;
 $$;
 
 --
--- Name: fg_reserve_set(text[], text[], bigint[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.fg_reserve_set(p_codes text[], p_orders text[], p_customers bigint[], p_order_amounts bigint[], p_now timestamp with time zone[]) RETURNS TABLE(idx integer, outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone, error_code text, error_message text)
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    BEGIN
-        RETURN QUERY SELECT * FROM fg_reserve_strict(p_codes, p_orders, p_customers,
-                                                     p_order_amounts, p_now);
-        RETURN;
-    EXCEPTION WHEN OTHERS THEN
-        NULL;
-    END;
-    RETURN QUERY SELECT * FROM fg_reserve_batch(p_codes, p_orders, p_customers,
-                                                p_order_amounts, p_now, true);
-END;
-$$;
-
---
 -- Name: fg_reserve_strict(text[], text[], bigint[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1212,6 +1192,22 @@ CREATE FUNCTION public.fg_reserve_strict(p_codes text[], p_orders text[], p_cust
     SET enable_mergejoin TO 'off'
     SET enable_seqscan TO 'off'
     AS $$
+#variable_conflict use_column
+DECLARE
+    a_idx       INT[];
+    a_outcome   TEXT[];
+    a_customer  BIGINT[];
+    a_status    SMALLINT[];
+    a_discount  BIGINT[];
+    a_expires   TIMESTAMPTZ[];
+    e_idx       INT[];
+    e_codes     TEXT[];
+    e_orders    TEXT[];
+    e_customers BIGINT[];
+    e_amounts   BIGINT[];
+    e_discounts BIGINT[];
+    e_now       TIMESTAMPTZ[];
+    e_expires   TIMESTAMPTZ[];
 BEGIN
     -- A new reserve of a campaign's code that the campaign, or its code row's copies of the
     -- campaign's pause and window, would refuse from this snapshot: the loop answers it as
@@ -1254,38 +1250,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'FG422',
             MESSAGE = 'one customer''s reserves of one campaign together';
     END IF;
-    RETURN QUERY SELECT * FROM fg_reserve_strict_single(p_codes, p_orders, p_customers,
-                                                        p_order_amounts, p_now);
-END;
-$$;
-
---
--- Name: fg_reserve_strict_single(text[], text[], bigint[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.fg_reserve_strict_single(p_codes text[], p_orders text[], p_customers bigint[], p_order_amounts bigint[], p_now timestamp with time zone[]) RETURNS TABLE(idx integer, outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone, error_code text, error_message text)
-    LANGUAGE plpgsql
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
-    SET enable_seqscan TO 'off'
-    AS $$
-#variable_conflict use_column
-DECLARE
-    a_idx       INT[];
-    a_outcome   TEXT[];
-    a_customer  BIGINT[];
-    a_status    SMALLINT[];
-    a_discount  BIGINT[];
-    a_expires   TIMESTAMPTZ[];
-    e_idx       INT[];
-    e_codes     TEXT[];
-    e_orders    TEXT[];
-    e_customers BIGINT[];
-    e_amounts   BIGINT[];
-    e_discounts BIGINT[];
-    e_now       TIMESTAMPTZ[];
-    e_expires   TIMESTAMPTZ[];
-BEGIN
     -- A retry in the batch of a request before it is answered by that request's row.
     IF (SELECT count(DISTINCT (k.code, k.order_id)) FROM unnest(p_codes, p_orders) k(code, order_id))
        <> cardinality(p_codes) THEN

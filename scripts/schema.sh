@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# docs/schema.sql: the schema as migrations/ leave it, with one current definition of each table
-# and SQL function (the migrations redefine some: fg_reserve in V1, V3 and V5). It applies the
-# migrations to a scratch database, dumps the schema and drops the database.
+# docs/schema.sql: the whole schema in one file, as migrations/ (the tables) and sql/functions/
+# (one file per SQL function) leave it. It applies both to a scratch database, dumps the schema
+# and drops the database.
 #
 #   ./scripts/schema.sh              # writes docs/schema.sql
 #   ./scripts/schema.sh --check      # exits 1 with a diff when docs/schema.sql is stale
@@ -9,8 +9,9 @@
 #                                    # holds it (tests/it/schema.rs compares a database migrated
 #                                    # by the service itself with the file)
 #
-# The migrations run as the service's migrator (refinery, `Store::migrate`) runs them: in version
-# order, each file in one transaction. tests/it/schema.rs checks that the two agree.
+# The files run as the service's migrator (refinery, then `Store::migrate`'s function files) runs
+# them: the migrations in version order, then the function files in name order, each file in one
+# transaction. tests/it/schema.rs checks that the two agree.
 #
 # Postgres: $TEST_DATABASE_URL, a server URL without a database name, as the tests take it
 # (default postgres://postgres@127.0.0.1:5432). pg_dump's major version must not be older than
@@ -24,12 +25,12 @@ base=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432}
 base=${base%/}
 
 # dump URL: the schema of the database at URL, normalised so that the file changes only when
-# the schema does. The refinery history table is left out: it is the migrator's bookkeeping,
-# and a database migrated by psql has none.
+# the schema does. The refinery history table and fg_sql_function are left out: they are the
+# migrator's bookkeeping, and a database migrated by psql has neither.
 dump() {
-  printf -- '-- The schema migrations/ leave: written by scripts/schema.sh, do not edit.\n'
+  printf -- '-- The schema migrations/ and sql/functions/ leave: written by scripts/schema.sh, do not edit.\n'
   pg_dump --schema-only --no-owner --no-privileges \
-    --exclude-table=refinery_schema_history --dbname="$1" |
+    --exclude-table=refinery_schema_history --exclude-table=fg_sql_function --dbname="$1" |
     # Lines that differ between pg_dump builds or runs: its version and the server's, and the
     # random key of `\restrict` / `\unrestrict` (pg_dump 17.6, 16.10, 15.14 and later).
     sed -E -e '/^\\(un)?restrict /d' -e '/^-- Dumped (from database|by pg_dump) version /d' |
@@ -58,6 +59,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
 psql_admin() { psql --no-psqlrc -X -q -v ON_ERROR_STOP=1 -d "$base/postgres" -c "$1" >/dev/null; }
 
 # generate: the migrations applied to a scratch database, its dump in $tmp.
@@ -67,7 +69,8 @@ generate() {
   tmp=$(mktemp)
   db=fg_schema_$$_$RANDOM
   psql_admin "CREATE DATABASE \"$db\""
-  for f in $files; do
+  # Then the SQL functions, one file each, in name order, as the migrator applies them.
+  for f in $files sql/functions/*.sql; do
     psql --no-psqlrc -X -q -v ON_ERROR_STOP=1 --single-transaction -d "$base/$db" -f "$f" >/dev/null
   done
   dump "$base/$db" >"$tmp"

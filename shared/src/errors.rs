@@ -30,6 +30,13 @@ pub enum StoreError {
     Refused { code: String, message: String },
     #[error("migration failed")]
     Migration(#[source] refinery::Error),
+    /// The database records migrations that are not the shipped ones: it was migrated before
+    /// the schema's history was squashed into one baseline (docs/DEPLOY.md).
+    #[error(
+        "this database was migrated before the schema's baseline (V1__baseline): recreate it, \
+         see docs/DEPLOY.md"
+    )]
+    SchemaBeforeBaseline(#[source] refinery::Error),
     /// The application role (`APP_DATABASE_SECRET_ARN`) was refused before any change to it:
     /// a name that is not a plain identifier, or a role that would not be least-privilege.
     #[error("application role {role:?}: {problem}")]

@@ -97,55 +97,43 @@ async fn every_connection_to_the_services_database_has_a_five_second_statement_t
     assert!(store.migrate().await.expect("migrate again").is_empty());
 }
 
-/// V7 moved the voucher view's counts from count(*) over redemptions to counters on the slots:
-/// a database with history before V7 must come out of it with the counts it had.
+/// A database migrated before the schema's history was squashed into one baseline records
+/// migrations that are no longer shipped: `migrate` refuses it with what to do, rather than a
+/// bare checksum error or, worse, applying the baseline over it. And a function file that changed
+/// since the last run is applied again, the others left as they are.
 #[tokio::test]
-async fn v7_counts_the_history_written_before_it() {
-    let (url, _cleanup) = empty_database("fg_test_v7").await;
-    let client = connect(&url).await;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-    for file in [
-        "V1__schema.sql",
-        "V2__sweeper.sql",
-        "V3__counter_slots.sql",
-        "V4__batches.sql",
-        "V5__voucher_lifecycle.sql",
-        "V6__discount_within_order.sql",
-    ] {
-        let sql = std::fs::read_to_string(root.join(file)).unwrap();
-        client.batch_execute(&sql).await.expect(file);
-    }
-    // Two uses left reserved, two confirmed (one of them in the same merge as its reserve), one
-    // released after confirming, one revoked (the per-user limit refuses it).
-    client
-        .batch_execute(
-            "INSERT INTO voucher (code, discount_amount, total_limit, per_user_limit, starts_at,
-                                  ends_at, counter_slots)
-             VALUES ('V7', 10, 100, 1, now() - interval '1 hour', now() + interval '1 hour', 4);
-             SELECT fg_set_slots('V7', 100, 4::smallint);
-             SELECT fg_merge('V7', o, c, s::smallint, 1000, 10, now(), now() + interval '1 hour',
-                             NULL, now(), true)
-               FROM (VALUES ('o1', 1, 1), ('o2', 2, 1), ('o3', 3, 1), ('o3', 3, 2),
-                            ('o4', 4, 2), ('o5', 5, 1), ('o5', 5, 2), ('o5', 5, 3),
-                            ('o6', 1, 1)) AS m(o, c, s);",
-        )
-        .await
-        .unwrap();
-    let sql = std::fs::read_to_string(root.join("V7__merge_counts_and_expiry.sql")).unwrap();
-    client.batch_execute(&sql).await.expect("V7");
+async fn migrate_names_a_database_from_before_the_baseline_and_reapplies_a_changed_function() {
+    let (url, _cleanup) = empty_database("fg_test_baseline").await;
+    let store = Store::connect(&settings(&[("DATABASE_URL", url.as_str())]).database).unwrap();
+    store.migrate().await.expect("migrate");
+    let db = connect(&url).await;
 
-    let counts = client
-        .query_one(
-            "SELECT sum(used)::int8, sum(confirmed)::int8, sum(revoked)::int8,
-                    (SELECT count(*) FROM redemption WHERE status = 1),
-                    (SELECT count(*) FROM redemption WHERE status = 2),
-                    (SELECT count(*) FROM redemption WHERE release_reason = 'REVOKED')
-               FROM voucher_slot WHERE voucher_code = 'V7'",
-            &[],
-        )
+    // A changed file (as its text recorded by the last run differing says): run again.
+    db.batch_execute(
+        "UPDATE fg_sql_function SET body = 'an older text' WHERE name = 'fg_used';
+         CREATE OR REPLACE FUNCTION fg_used(p_code text) RETURNS bigint
+         LANGUAGE sql STABLE AS $$ SELECT 0::bigint $$;",
+    )
+    .await
+    .unwrap();
+    assert!(store.migrate().await.expect("migrate again").is_empty());
+    let body: String = db
+        .query_one("SELECT prosrc FROM pg_proc WHERE proname = 'fg_used'", &[])
         .await
-        .unwrap();
-    let got: Vec<i64> = (0..6).map(|i| counts.get(i)).collect();
-    // used = reserved + confirmed; the slots' counts equal the rows'.
-    assert_eq!(got, vec![4, 2, 1, 2, 2, 1]);
+        .unwrap()
+        .get(0);
+    assert!(body.contains("sum(used)"), "fg_used applied again: {body}");
+
+    db.batch_execute(
+        "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+         SELECT 99, 'gone', applied_on, '1' FROM refinery_schema_history WHERE version = 1",
+    )
+    .await
+    .unwrap();
+    let err = store.migrate().await.unwrap_err();
+    assert!(
+        matches!(err, shared::errors::StoreError::SchemaBeforeBaseline(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("recreate it"), "{err}");
 }

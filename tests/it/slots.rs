@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::harness::{error_of, postgres_base, unique_name, Cleanup, TestApp};
+use crate::harness::{error_of, TestApp};
 
 /// `(slot, cap, used)` of every slot of a voucher, in slot order.
 pub(crate) async fn slots(app: &TestApp, code: &str) -> Vec<(i16, i32, i32)> {
@@ -280,79 +280,4 @@ async fn expiry_and_the_sweeper_return_each_use_to_its_own_slot() {
             assert_eq!(app.gate_remaining("HOME").await, Some(12));
         }
     }
-}
-
-mod embedded {
-    refinery::embed_migrations!("migrations");
-}
-
-#[tokio::test]
-async fn a_voucher_from_before_slots_keeps_its_counts_in_one_slot() {
-    let db_name = unique_name("fg_test_upgrade");
-    let _cleanup = Cleanup::database(&db_name);
-    let admin = connect(&format!("{}/postgres", postgres_base())).await;
-    admin
-        .batch_execute(&format!("CREATE DATABASE \"{db_name}\""))
-        .await
-        .unwrap();
-    let mut db = connect(&format!("{}/{db_name}", postgres_base())).await;
-    embedded::migrations::runner()
-        .set_target(refinery::Target::Version(2))
-        .run_async(&mut db)
-        .await
-        .unwrap();
-    // A voucher with a use reserved, one confirmed and one released, written the old way.
-    db.batch_execute(
-        "INSERT INTO voucher (code, discount_amount, total_limit, starts_at, ends_at)
-         VALUES ('OLD', 5, 10, now() - interval '1 hour', now() + interval '1 day');
-         SELECT fg_merge('OLD', 'a', 1, 1::SMALLINT, 100, 5, now(), now() + interval '1 hour',
-                         NULL, now(), false);
-         SELECT fg_merge('OLD', 'b', 2, 2::SMALLINT, 100, 5, now(), now() + interval '1 hour',
-                         NULL, now(), false);
-         SELECT fg_merge('OLD', 'c', 3, 1::SMALLINT, 100, 5, now(), now() + interval '1 hour',
-                         NULL, now(), false);
-         SELECT fg_merge('OLD', 'c', 3, 3::SMALLINT, NULL, NULL, NULL, NULL,
-                         'CANCELLED', now(), false);",
-    )
-    .await
-    .unwrap();
-    let used: i32 = db
-        .query_one("SELECT used_count FROM voucher WHERE code = 'OLD'", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(used, 2);
-
-    embedded::migrations::runner()
-        .run_async(&mut db)
-        .await
-        .unwrap();
-    let rows = db
-        .query(
-            "SELECT slot, cap, used FROM voucher_slot WHERE voucher_code = 'OLD'",
-            &[],
-        )
-        .await
-        .unwrap();
-    let slots: Vec<(i16, i32, i32)> = rows
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    assert_eq!(slots, vec![(0, 10, 2)]);
-    // Its active reservations are in that slot: releasing one gives the use back there.
-    db.batch_execute(
-        "SELECT fg_merge('OLD', 'a', NULL, 3::SMALLINT, NULL, NULL, NULL, NULL, 'CANCELLED',
-                         now(), false);",
-    )
-    .await
-    .unwrap();
-    let used: i32 = db
-        .query_one(
-            "SELECT used FROM voucher_slot WHERE voucher_code = 'OLD'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(used, 1);
 }

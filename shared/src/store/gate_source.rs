@@ -250,8 +250,8 @@ impl Store {
         .await
     }
 
-    /// Marks the voucher as one the gate may hold, before it is loaded. See
-    /// `migrations/V9__gate_loaded.sql`.
+    /// Marks the voucher as one the gate may hold, before it is loaded (`voucher.gate_loaded`,
+    /// docs/ARCHITECTURE.md, "The sweeper").
     pub async fn mark_gate_loaded(&self, code: &VoucherCode) -> Result<(), StoreError> {
         self.gate_flag(
             "UPDATE voucher SET gate_loaded = true WHERE code = $1 AND NOT gate_loaded",

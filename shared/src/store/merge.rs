@@ -300,7 +300,7 @@ impl Store {
     }
 }
 
-/// One row of `fg_merge_set`: the change's outcome, or what Postgres raised for it.
+/// One row of `fg_merge_strict` or `fg_merge_batch`: the change's outcome, or what Postgres raised for it.
 fn merged(row: &Row) -> Result<Merged, StoreError> {
     if let Some(raised) = raised(row) {
         return raised.map(|refused| Merged {

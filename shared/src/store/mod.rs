@@ -4,7 +4,7 @@
 //! Queries go through `query_typed`, which uses the unnamed statement: no named prepared
 //! statement is left on the connection, so RDS Proxy can keep multiplexing it (named statements
 //! pin a client to one backend). Each operation is one round trip (two when a batch falls back
-//! to the loop); the status logic itself lives in the SQL functions (migrations/): the
+//! to the loop); the status logic itself lives in the SQL functions (sql/functions/): the
 //! set-based `fg_reserve_strict` and `fg_merge_strict` for batches, the loop of `fg_reserve` and
 //! `fg_merge` calls when those decline. It runs next to the rows it locks; the voucher row is
 //! only read.
@@ -12,6 +12,7 @@
 //! # Files
 //!
 //! - `pool`: connecting (TLS, credentials), creating the database, and the migrations.
+//! - `functions`: the SQL functions, one file each in `sql/functions/`, applied after them.
 //! - `role`: the least-privilege application role `migrate` creates and grants.
 //! - `vouchers`: creating, reading, listing and changing vouchers.
 //! - `campaigns`: creating campaigns with their codes, reading, listing and changing them.
@@ -24,6 +25,7 @@
 //!   stays next to it).
 
 mod campaigns;
+mod functions;
 mod gate_source;
 mod merge;
 mod pool;

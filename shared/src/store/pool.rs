@@ -122,10 +122,15 @@ impl Store {
             .await?;
         let client: &mut tokio_postgres::Client = &mut client;
         let report = embedded::migrations::runner().run_async(client).await;
+        // The SQL functions after the tables they read, before the grants that cover them.
+        let functions = match &report {
+            Ok(_) => Some(super::functions::apply(client).await),
+            Err(_) => None,
+        };
         // Under the lock too: two migrators would otherwise race on CREATE ROLE and on the
         // grants (Postgres refuses concurrent changes of one catalog row).
-        let role = match (&report, &self.app_role) {
-            (Ok(_), Some(role)) => Some(super::role::provision(client, role).await),
+        let role = match (&report, &functions, &self.app_role) {
+            (Ok(_), Some(Ok(_)), Some(role)) => Some(super::role::provision(client, role).await),
             _ => None,
         };
         client
@@ -133,7 +138,16 @@ impl Store {
                 "SELECT pg_advisory_unlock({MIGRATION_LOCK}); RESET statement_timeout"
             ))
             .await?;
-        let report = report.map_err(StoreError::Migration)?;
+        let report = report.map_err(|e| match e.kind() {
+            // The history this database records is not the one shipped: it was migrated
+            // before the schema's history was squashed into one baseline.
+            refinery::error::Kind::DivergentVersion(..)
+            | refinery::error::Kind::MissingVersion(_) => StoreError::SchemaBeforeBaseline(e),
+            _ => StoreError::Migration(e),
+        })?;
+        for name in functions.transpose()?.unwrap_or_default() {
+            tracing::info!(function = name, "applied SQL function");
+        }
         role.transpose()?;
         let applied: Vec<String> = report
             .applied_migrations()

@@ -272,7 +272,7 @@ impl Store {
     }
 }
 
-/// One row of `fg_reserve_set`: the reservation, or the refusal or error it came to.
+/// One row of `fg_reserve_strict` or `fg_reserve_batch`: the reservation, or the refusal or error it came to.
 fn reserved(r: &Reserve, row: &tokio_postgres::Row) -> Result<Reservation, ReserveError> {
     if let Some(raised) = raised(row) {
         // A refusal fg_merge found under lock, or an error.

@@ -139,8 +139,9 @@ pub(super) async fn provision(
          GRANT DELETE ON TABLE {deletes} TO {r};
          -- Nor keep tables of its own, even temporary ones (the owner keeps TEMP).
          REVOKE TEMPORARY ON DATABASE {db} FROM PUBLIC;
-         -- The migrations' own record: the service never reads it.
+         -- The migrations' own records: the service never reads them.
          REVOKE ALL ON TABLE {s}.refinery_schema_history FROM {r};
+         REVOKE ALL ON TABLE {s}.fg_sql_function FROM {r};
          REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM {r};
          GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {r};
          REVOKE ALL ON ALL ROUTINES IN SCHEMA {s} FROM {r};

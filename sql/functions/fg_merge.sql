@@ -1,57 +1,30 @@
--- The voucher view's counts read counters, not the voucher's history; an event's expiry is
--- checked against its voucher's TTL.
---
--- `GET /vouchers/{code}` (what a product page polls during a sale) and each item of a voucher
--- listing counted the voucher's reserved, confirmed and revoked redemptions with count(*): a read
--- whose cost grew with every use the voucher ever had. The slots already count the uses held
--- (`used`); they now also count the confirmed ones among them, and slot 0 counts revocations, all
--- kept by fg_merge, the one function that changes a redemption's status. The view sums at most 64
--- slot rows whatever the history: reserved = used - confirmed.
---
--- A confirm now writes its slot's row as a release always did, in the same lock order
--- (redemption, then customer, then slot). Two batches that meet slots in opposite orders can
--- deadlock, as batches of releases always could: Postgres breaks it and the batch is run again
--- change by change.
+-- fg_merge: the one status change, for one order: the row moves to max(old, incoming) on the
+-- lattice RESERVED < CONFIRMED < RELEASED and the counters by the change in activeness, in the
+-- lock order customer -> slot -> budget -> campaign customer -> campaign counter. Every batch
+-- path answers and stores exactly what it would (docs/ARCHITECTURE.md, "fg_merge").
 
-ALTER TABLE voucher_slot
-    ADD COLUMN confirmed INTEGER NOT NULL DEFAULT 0,
-    ADD COLUMN revoked BIGINT NOT NULL DEFAULT 0 CHECK (revoked >= 0),
-    ADD CONSTRAINT voucher_slot_confirmed_within_used CHECK (confirmed >= 0 AND confirmed <= used);
-
--- The counts so far, once.
-UPDATE voucher_slot s SET confirmed = c.n
-  FROM (SELECT voucher_code, slot, count(*) AS n FROM redemption
-         WHERE status = 2 GROUP BY voucher_code, slot) c
- WHERE s.voucher_code = c.voucher_code AND s.slot = c.slot;
-UPDATE voucher_slot s SET revoked = c.n
-  FROM (SELECT voucher_code, count(*) AS n FROM redemption
-         WHERE release_reason = 'REVOKED' GROUP BY voucher_code) c
- WHERE s.voucher_code = c.voucher_code AND s.slot = 0;
-
--- The reservation listing's filters, each with the listing's order (order_id) after it, so a
--- filtered page reads only its own rows.
-CREATE INDEX redemption_by_customer ON redemption (voucher_code, customer_id, order_id);
-CREATE INDEX redemption_by_status ON redemption (voucher_code, status, order_id);
-
--- No statement of the service runs for seconds: one that does is stuck behind a lock or
--- runaway, and holding a connection for it starves every request behind it. Set on the
--- database rather than with SET by each connection, which would pin RDS Proxy's connections;
--- the migrator lifts it for its own session.
-DO $$
-BEGIN
-    EXECUTE format('ALTER DATABASE %I SET statement_timeout = %L', current_database(), '5s');
-END;
-$$;
-
--- fg_merge: as in V3, with the slot's `confirmed` and `revoked` counts kept, and an expiry
--- checked. The consumer stored an event's expiresAt as written: a copied or forged event could
--- hold a use until year 9999. A reservation the service grants expires exactly
--- reservation_ttl_seconds after reservedAt (the gate and fg_reserve compute it so, and the TTL
--- is fixed at creation), so a later one is refused as a check violation, which the consumer
--- treats as poison.
-CREATE OR REPLACE FUNCTION fg_merge(p_code text, p_order text, p_customer bigint, p_status smallint, p_order_amount bigint, p_discount bigint, p_reserved_at timestamp with time zone, p_expires_at timestamp with time zone, p_reason text, p_now timestamp with time zone, p_revoke boolean) RETURNS TABLE(outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone)
-    LANGUAGE plpgsql
-    AS $$
+CREATE OR REPLACE FUNCTION fg_merge(
+    p_code text,
+    p_order text,
+    p_customer bigint,
+    p_status smallint,
+    p_order_amount bigint,
+    p_discount bigint,
+    p_reserved_at timestamp with time zone,
+    p_expires_at timestamp with time zone,
+    p_reason text,
+    p_now timestamp with time zone,
+    p_revoke boolean
+)
+RETURNS TABLE(
+    outcome text,
+    customer_id bigint,
+    status smallint,
+    discount_amount bigint,
+    expires_at timestamp with time zone
+)
+LANGUAGE plpgsql
+AS $$
 #variable_conflict use_column
 DECLARE
     r         redemption%ROWTYPE;
@@ -62,12 +35,16 @@ DECLARE
     v_per     INT;
     v_ttl     INT;
     taken     SMALLINT;
+    v_camp    BIGINT;
+    v_cper    INT;
+    budgeted  BOOLEAN := false;
 BEGIN
     IF p_status NOT IN (1, 2, 3) THEN
         RAISE EXCEPTION 'fg_merge: bad status %', p_status;
     END IF;
     -- A plain read: the voucher row is never locked or written by a status change.
-    SELECT v.counter_slots, v.per_user_limit, v.reservation_ttl_seconds INTO v_slots, v_per, v_ttl
+    SELECT v.counter_slots, v.per_user_limit, v.reservation_ttl_seconds, v.campaign_id
+      INTO v_slots, v_per, v_ttl, v_camp
       FROM voucher v WHERE v.code = p_code;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'fg_merge: unknown voucher %', p_code USING ERRCODE = 'FG404';
@@ -154,12 +131,62 @@ BEGIN
                 UPDATE voucher_customer c SET active = c.active - 1
                  WHERE c.voucher_code = p_code AND c.customer_id = r.customer_id;
             ELSE
-                UPDATE redemption AS x SET slot = taken
-                 WHERE x.voucher_code = p_code AND x.order_id = p_order
-                RETURNING x.* INTO r;
-                IF new_st = 2 THEN
-                    UPDATE voucher_slot s SET confirmed = s.confirmed + 1
+                -- The budget last (lock order), read after the slot's lock: a budget added
+                -- meanwhile (under every slot's lock) is seen. A discount that does not fit
+                -- gives back the slot's use and the customer's.
+                UPDATE voucher_budget b SET used = b.used + r.discount_amount
+                 WHERE b.voucher_code = p_code
+                   AND (b.amount IS NULL OR b.used + r.discount_amount <= b.amount);
+                budgeted := FOUND;
+                IF NOT FOUND
+                   AND EXISTS (SELECT 1 FROM voucher_budget b WHERE b.voucher_code = p_code) THEN
+                    refusal := 'BUDGET_EXHAUSTED';
+                END IF;
+                -- A campaign's code: the campaign's counters after the code's own (lock
+                -- order), the customer's over the campaign, then the campaign's uses and money.
+                IF refusal IS NULL AND v_camp IS NOT NULL THEN
+                    SELECT g.per_user_limit INTO v_cper FROM campaign g WHERE g.id = v_camp;
+                    INSERT INTO campaign_customer AS c (campaign_id, customer_id, active)
+                    VALUES (v_camp, r.customer_id, 1)
+                    ON CONFLICT (campaign_id, customer_id)
+                    DO UPDATE SET active = c.active + 1 WHERE v_cper IS NULL OR c.active < v_cper;
+                    IF NOT FOUND THEN
+                        refusal := 'ALREADY_USED';
+                    ELSE
+                        UPDATE campaign_counter k
+                           SET used = k.used + 1, budget_used = k.budget_used + r.discount_amount
+                         WHERE k.campaign_id = v_camp
+                           AND (k.total_limit IS NULL OR k.used < k.total_limit)
+                           AND (k.budget_amount IS NULL
+                                OR k.budget_used + r.discount_amount <= k.budget_amount);
+                        IF NOT FOUND THEN
+                            SELECT CASE WHEN k.used >= k.total_limit THEN 'OUT_OF_STOCK'
+                                        ELSE 'BUDGET_EXHAUSTED' END INTO refusal
+                              FROM campaign_counter k WHERE k.campaign_id = v_camp;
+                            UPDATE campaign_customer c SET active = c.active - 1
+                             WHERE c.campaign_id = v_camp AND c.customer_id = r.customer_id;
+                        END IF;
+                    END IF;
+                END IF;
+                -- Refused after the slot: give back what was taken, in the same order.
+                IF refusal IS NOT NULL THEN
+                    UPDATE voucher_slot s SET used = s.used - 1
                      WHERE s.voucher_code = p_code AND s.slot = taken;
+                    IF budgeted THEN
+                        UPDATE voucher_budget b SET used = b.used - r.discount_amount
+                         WHERE b.voucher_code = p_code;
+                    END IF;
+                    UPDATE voucher_customer c SET active = c.active - 1
+                     WHERE c.voucher_code = p_code AND c.customer_id = r.customer_id;
+                END IF;
+                IF refusal IS NULL THEN
+                    UPDATE redemption AS x SET slot = taken
+                     WHERE x.voucher_code = p_code AND x.order_id = p_order
+                    RETURNING x.* INTO r;
+                    IF new_st = 2 THEN
+                        UPDATE voucher_slot s SET confirmed = s.confirmed + 1
+                         WHERE s.voucher_code = p_code AND s.slot = taken;
+                    END IF;
                 END IF;
             END IF;
         END IF;
@@ -188,6 +215,15 @@ BEGIN
            SET used = s.used - 1,
                confirmed = s.confirmed - CASE WHEN old_st = 2 THEN 1 ELSE 0 END
          WHERE s.voucher_code = p_code AND s.slot = r.slot;
+        UPDATE voucher_budget b SET used = b.used - r.discount_amount
+         WHERE b.voucher_code = p_code;
+        IF v_camp IS NOT NULL THEN
+            UPDATE campaign_customer c SET active = c.active - 1
+             WHERE c.campaign_id = v_camp AND c.customer_id = r.customer_id;
+            UPDATE campaign_counter k
+               SET used = k.used - 1, budget_used = k.budget_used - r.discount_amount
+             WHERE k.campaign_id = v_camp;
+        END IF;
     END IF;
 
     RETURN QUERY SELECT 'APPLIED'::TEXT, r.customer_id, r.status, r.discount_amount, r.expires_at;

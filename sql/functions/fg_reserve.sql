@@ -1,14 +1,22 @@
--- A retry of a granted standard reserve could be refused.
---
--- fg_reserve looks for the order's row, then asks fg_validate, then merges: three statements,
--- each with its own snapshot under READ COMMITTED. When the same order is sent many times at
--- once, one copy could miss the first copy's row (not committed yet) and then, in fg_validate,
--- see that row's use (committed meanwhile): ALREADY_USED, or OUT_OF_STOCK for the last use,
--- where every copy must answer 201 with the same body. A refusal now looks for the order again.
+-- fg_reserve: a standard reserve of one order: fg_validate's rules, then fg_merge with the
+-- discount; a retry of a stored order is answered from its row (REPLAY).
 
-CREATE OR REPLACE FUNCTION fg_reserve(p_code text, p_order text, p_customer bigint, p_order_amount bigint, p_now timestamp with time zone) RETURNS TABLE(outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone)
-    LANGUAGE plpgsql
-    AS $$
+CREATE OR REPLACE FUNCTION fg_reserve(
+    p_code text,
+    p_order text,
+    p_customer bigint,
+    p_order_amount bigint,
+    p_now timestamp with time zone
+)
+RETURNS TABLE(
+    outcome text,
+    customer_id bigint,
+    status smallint,
+    discount_amount bigint,
+    expires_at timestamp with time zone
+)
+LANGUAGE plpgsql
+AS $$
 #variable_conflict use_column
 DECLARE
     r  RECORD;

@@ -1,21 +1,27 @@
--- fg_recover_orphan: the sweeper's tombstone for an orphan (a gate reservation past its TTL
--- with no row in Postgres; docs/ARCHITECTURE.md, "The sweeper").
---
--- The sweeper looks up which pending orders Postgres has, then writes a tombstone for each
--- one it did not find: two steps. A confirm (allowed from the gate's entry after expiresAt, in
--- mode B) may write a CONFIRMED row in between; an unconditional merge of RELEASED would then
--- turn a paid order's use into EXPIRED and sell it again, since RELEASED is above CONFIRMED in
--- the lattice. So the tombstone is written only where no row exists or the row is still
--- RESERVED, decided under the row's lock (or by claiming the missing key), as fg_expire decides.
--- Anything else (CONFIRMED, RELEASED) is left as it is and answered UNCHANGED with the row:
--- the caller then keeps the gate's use held.
-CREATE FUNCTION fg_recover_orphan(p_code TEXT, p_order TEXT, p_customer BIGINT,
-                                  p_order_amount BIGINT, p_discount BIGINT,
-                                  p_reserved_at TIMESTAMPTZ, p_expires_at TIMESTAMPTZ,
-                                  p_now TIMESTAMPTZ)
-RETURNS TABLE (outcome TEXT, customer_id BIGINT, status SMALLINT, discount_amount BIGINT,
-               expires_at TIMESTAMPTZ)
-LANGUAGE plpgsql AS $$
+-- fg_recover_orphan: an orphan's tombstone (the order was pending in the gate past its TTL with
+-- no row): written only where no row exists or the row is still RESERVED, under the row's lock,
+-- so a confirm that wrote the row since the sweep looked wins (docs/ARCHITECTURE.md, "The
+-- sweeper").
+
+CREATE OR REPLACE FUNCTION fg_recover_orphan(
+    p_code text,
+    p_order text,
+    p_customer bigint,
+    p_order_amount bigint,
+    p_discount bigint,
+    p_reserved_at timestamp with time zone,
+    p_expires_at timestamp with time zone,
+    p_now timestamp with time zone
+)
+RETURNS TABLE(
+    outcome text,
+    customer_id bigint,
+    status smallint,
+    discount_amount bigint,
+    expires_at timestamp with time zone
+)
+LANGUAGE plpgsql
+AS $$
 #variable_conflict use_column
 DECLARE
     r     redemption%ROWTYPE;

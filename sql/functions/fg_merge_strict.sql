@@ -1,35 +1,38 @@
--- One set-based status change for every batch, campaigns' codes included: the sweeper's
--- expiries, mode B's events and a burst of cancels of a campaign's codes no longer send their
--- whole batch to the loop of savepoints.
---
--- Until now fg_merge_strict (V18) declined any change of a campaign's code other than a new
--- reserve without revocation (a confirm, a release, an expiry, an event that may revoke): one such
--- change among 500 expiries sent all 500 down fg_merge_batch, a savepoint each, and past 64
--- subtransactions in one transaction every backend's snapshots slow down. The campaign's part of
--- those changes is simple: a confirm moves none of its counters, a given-back use takes one use,
--- its discount and the customer's one active use off them, and a refusal the code itself makes
--- (REVOKED) never reaches them.
---
--- fg_merge_strict is now one function: V16's body (fg_merge_strict_single, which knows each
--- change's kind and the row it had) with the campaigns' step at its end, after the codes'
--- counters. New uses still decline where the campaign might refuse one of them (they must fit
--- its total, budget and per-user limit all together, given-back uses not counted, so that the
--- answer is the same in any order); a batch's given-back uses never decline. The one name left
--- is the one every caller already used.
+-- fg_merge_strict: a batch of status changes written set-based, a fixed handful of statements
+-- whatever its size: rows locked in key order, each change classified, slots' room taken in
+-- bulk, then one statement per table, the campaigns' counters last. It answers and stores
+-- exactly what fg_merge on each change in turn would, and raises (FG422 or FG409, nothing
+-- written) for every batch where the order of its changes could matter; the caller then runs
+-- the loop (docs/ARCHITECTURE.md, "Set-based batch writes").
 
-CREATE OR REPLACE FUNCTION fg_merge_strict(p_codes TEXT[], p_orders TEXT[], p_customers BIGINT[],
-                                p_statuses SMALLINT[], p_order_amounts BIGINT[],
-                                p_discounts BIGINT[], p_reserved_at TIMESTAMPTZ[],
-                                p_expires_at TIMESTAMPTZ[], p_reasons TEXT[],
-                                p_now TIMESTAMPTZ[], p_revoke BOOLEAN[])
-RETURNS TABLE(idx INT, outcome TEXT, customer_id BIGINT, status SMALLINT,
-              discount_amount BIGINT, expires_at TIMESTAMPTZ, flash_sale BOOLEAN,
-              error_code TEXT, error_message TEXT)
+CREATE OR REPLACE FUNCTION fg_merge_strict(
+    p_codes text[],
+    p_orders text[],
+    p_customers bigint[],
+    p_statuses smallint[],
+    p_order_amounts bigint[],
+    p_discounts bigint[],
+    p_reserved_at timestamp with time zone[],
+    p_expires_at timestamp with time zone[],
+    p_reasons text[],
+    p_now timestamp with time zone[],
+    p_revoke boolean[]
+)
+RETURNS TABLE(
+    idx integer,
+    outcome text,
+    customer_id bigint,
+    status smallint,
+    discount_amount bigint,
+    expires_at timestamp with time zone,
+    flash_sale boolean,
+    error_code text,
+    error_message text
+)
 LANGUAGE plpgsql
--- Plans by index, whatever the planner guesses of the arrays unnested (V14).
-SET enable_hashjoin = off
-SET enable_mergejoin = off
-SET enable_seqscan = off
+SET enable_hashjoin TO 'off'
+SET enable_mergejoin TO 'off'
+SET enable_seqscan TO 'off'
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -430,6 +433,3 @@ BEGIN
      ORDER BY c.idx;
 END;
 $$;
-
-DROP FUNCTION fg_merge_strict_single(TEXT[], TEXT[], BIGINT[], SMALLINT[], BIGINT[], BIGINT[],
-                                     TIMESTAMPTZ[], TIMESTAMPTZ[], TEXT[], TIMESTAMPTZ[], BOOLEAN[]);
