@@ -15,6 +15,7 @@
 //! - `functions`: the SQL functions, one file each in `sql/functions/`, applied after them.
 //! - `role`: the least-privilege application role `migrate` creates and grants.
 //! - `vouchers`: creating, reading, listing and changing vouchers.
+//! - `grants`: the rules a mode-B event was granted under, for the consumer's check.
 //! - `campaigns`: creating campaigns with their codes, reading, listing and changing them.
 //! - `reservations`: reserves (one or a batch), validation, reading and listing reservations.
 //! - `merge`: the one status change, `Store::merge_batch` (`fg_merge_strict`, then the loop):
@@ -27,6 +28,7 @@
 mod campaigns;
 mod functions;
 mod gate_source;
+mod grants;
 mod merge;
 mod pool;
 mod reservations;
@@ -40,12 +42,13 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 
 pub use gate_source::{CampaignGateSource, GateCheck, GateSource};
+pub use grants::Grants;
 pub use merge::{
     is_undefined_function, is_undefined_table, is_unknown_voucher, never_passes, Merge,
     MergeOutcome, Merged, RowFacts, MERGE_BATCH_MAX, MERGE_SET_MAX,
 };
 pub use sweeps::{Expired, LiveFlashCampaign, LiveFlashVoucher};
-pub use vouchers::{Grants, PatchOutcome, VoucherKind, VoucherState};
+pub use vouchers::{PatchOutcome, VoucherKind, VoucherState};
 
 use crate::config::DatabaseCredentials;
 use crate::tls;
