@@ -17,8 +17,9 @@
 //!   event checked against them.
 //! - `voucher`: creating a voucher: [`CreateVoucherRequest`], its limits, [`VoucherRules`] and
 //!   [`NewVoucher`].
-//! - `campaign`: campaigns of unique codes: [`CreateCampaignRequest`], the codes it generates
-//!   ([`CodePattern`]) or imports, [`NewCampaign`], [`CampaignPatch`], [`CampaignView`].
+//! - `campaign`: campaigns of unique codes: [`CreateCampaignRequest`], [`NewCampaign`],
+//!   [`CampaignPatch`], [`CampaignView`]; `codes`: the codes a campaign generates
+//!   ([`CodePattern`]) or imports ([`NewCodes`]).
 //! - `patch`: changing one: [`PatchVoucherRequest`] and [`VoucherPatch`].
 //! - `requests`: the bodies about one order, [`ReserveRequest`] and [`ValidateRequest`], and the
 //!   checked [`Reserve`] and [`Validate`] they become.
@@ -30,6 +31,7 @@
 
 mod amounts;
 mod campaign;
+mod codes;
 mod discount;
 mod grant;
 mod ids;
@@ -45,10 +47,10 @@ mod voucher;
 
 pub use amounts::{amount, MAX_AMOUNT};
 pub use campaign::{
-    campaign_id, campaign_key, CampaignPatch, CampaignRules, CampaignView, CodeItem, CodePattern,
-    CodeRng, CreateCampaignRequest, NewCampaign, NewCodes, PatchCampaignRequest,
-    CAMPAIGN_BODY_LIMIT, DEFAULT_CHARSET, MAX_GENERATED, MAX_IMPORTED,
+    campaign_id, campaign_key, CampaignPatch, CampaignRules, CampaignView, CodeItem,
+    CreateCampaignRequest, NewCampaign, PatchCampaignRequest, CAMPAIGN_BODY_LIMIT,
 };
+pub use codes::{CodePattern, CodeRng, NewCodes, DEFAULT_CHARSET, MAX_GENERATED, MAX_IMPORTED};
 pub use discount::Discount;
 pub use grant::{Claim, GrantRules};
 pub use ids::{customer_id, OrderId, VoucherCode};
