@@ -353,6 +353,11 @@ fn record_landed(
 
 /// What the transports deliver to: each event's answer as a [`Landing`].
 impl Sink for Consumer {
+    /// Two merges' worth, which the consumer sends to Postgres at once, in two pieces.
+    fn batch_max(&self) -> usize {
+        2 * MERGE_SET_MAX
+    }
+
     fn land<'a>(&'a self, bodies: &'a [&'a str]) -> BoxFuture<'a, Vec<Landing>> {
         async move {
             self.consume_all(bodies)

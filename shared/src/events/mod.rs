@@ -166,6 +166,10 @@ pub enum Landing {
 pub trait Sink: Send + Sync {
     /// One answer per body, in the order given.
     fn land<'a>(&'a self, bodies: &'a [&'a str]) -> BoxFuture<'a, Vec<Landing>>;
+
+    /// The most bodies worth delivering in one call: what the sink lands in one go. A
+    /// transport that can gather a batch (Kafka's member) gathers up to this many.
+    fn batch_max(&self) -> usize;
 }
 
 /// What carries `voucher-reserved` events from the reserve path to the consumer.

@@ -14,9 +14,6 @@ use super::{kafka, Kafka, Record};
 use crate::events::{EventError, Sink};
 use crate::telemetry::Chain;
 
-/// Records settled together by the consumer-group member: two merges' worth, which the
-/// consumer sends to Postgres at once (see `consumer`).
-const BATCH_MAX: usize = 2 * crate::store::MERGE_SET_MAX;
 /// How long a partition waits before its failed records are read again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
@@ -66,7 +63,7 @@ impl Kafka {
             };
             // What is ready now joins the batch; nothing waits for more.
             let mut batch = vec![first];
-            while batch.len() < BATCH_MAX {
+            while batch.len() < sink.batch_max() {
                 match member.recv().now_or_never() {
                     Some(Ok(m)) => batch.push(m.detach()),
                     _ => break,
