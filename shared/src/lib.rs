@@ -3,8 +3,17 @@
 //!
 //! # Layout
 //!
-//! Dependencies point one way, down this list's layers: `domain` <- `store`, `gate`,
-//! `events` <- `reservations` <- `sweeper`, `consumer` <- `app` <- `http` <- `server`, `lambda`.
+//! Dependencies point one way, down this list's layers (a module may import only from layers
+//! before its own; `layering` below checks it, and that no loop forms):
+//!
+//! 1. `domain`, `config`, `telemetry`, `tls`: nothing of the service;
+//! 2. `aws` (SDK configuration and the configuration's AWS look-ups);
+//! 3. `gate` (Redis), `events` (the transports);
+//! 4. `errors`, the operations' errors, which wrap the gate's and the transports';
+//! 5. `store` (Postgres), which still answers some operations' errors (`ReserveError`,
+//!    `ListError`, ...) rather than outcomes of its own: the one arrow that makes it sit above
+//!    `gate` and `events` instead of beside them;
+//! 6. `reservations`; 7. `sweeper`, `consumer`; 8. `app`; 9. `http`; 10. `server`, `lambda`.
 //!
 //! - [`domain`]: validated identifiers, the status lattice (`RESERVED < CONFIRMED < RELEASED`),
 //!   the reserve outcome vocabulary and the JSON views. Pure, no I/O.
@@ -47,3 +56,89 @@ pub mod tls;
 
 pub use app::App;
 pub use config::Settings;
+
+/// The layering of the list at the top, read from the source: every `crate::` path of a module
+/// names a module of a lower layer, so no import runs back up and no loop forms.
+#[cfg(test)]
+mod layering {
+    const LAYERS: &[&[&str]] = &[
+        &["domain", "config", "telemetry", "tls"],
+        &["aws"],
+        &["gate", "events"],
+        &["errors"],
+        &["store"],
+        &["reservations"],
+        &["sweeper", "consumer"],
+        &["app"],
+        &["http"],
+        &["server", "lambda"],
+    ];
+
+    fn layer(module: &str) -> Option<usize> {
+        LAYERS.iter().position(|l| l.contains(&module))
+    }
+
+    /// The modules a file's code (not its comments) names with `crate::`.
+    fn imports(text: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or("");
+            let mut rest = code;
+            while let Some(i) = rest.find("crate::") {
+                rest = &rest[i + "crate::".len()..];
+                if let Some(group) = rest.strip_prefix('{') {
+                    let group = group.split('}').next().unwrap_or("");
+                    for part in group.split(',') {
+                        let name = part.trim().split("::").next().unwrap_or("").trim();
+                        found.push(name.to_owned());
+                    }
+                } else {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    found.push(name);
+                }
+            }
+        }
+        found
+    }
+
+    fn sources(path: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(path).unwrap() {
+                sources(&entry.unwrap().path(), out);
+            }
+        } else if path.is_file() && path.extension().is_some_and(|e| e == "rs") {
+            out.push(path.to_owned());
+        }
+    }
+
+    #[test]
+    fn every_import_points_down_the_layers() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut wrong = Vec::new();
+        for module in LAYERS.iter().flat_map(|l| l.iter()) {
+            let mut files = Vec::new();
+            sources(&src.join(module), &mut files);
+            sources(&src.join(format!("{module}.rs")), &mut files);
+            assert!(!files.is_empty(), "no source for {module}");
+            let own = layer(module).unwrap();
+            for file in files {
+                let text = std::fs::read_to_string(&file).unwrap();
+                for name in imports(&text) {
+                    match layer(&name) {
+                        Some(l) if name != *module && l >= own => {
+                            wrong.push(format!("{}: crate::{name}", file.display()))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "imports up or across the layers: {wrong:#?}"
+        );
+    }
+}
