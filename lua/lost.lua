@@ -10,7 +10,6 @@
 -- ARGV[1] the key's TTL (ms)
 --
 -- Returns the ms since the loss was first noticed (0 the first time).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 redis.call('SET', KEYS[1], now, 'NX', 'PX', ARGV[1])
 return now - tonumber(redis.call('GET', KEYS[1]))

@@ -8,8 +8,7 @@
 --
 -- Returns {pruned, more}: tombstones deleted, and 1 if older ones are left for another call.
 -- An order whose entry is active again (reloaded after a loss) only leaves `released`.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 local limit = tonumber(ARGV[2])
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[1]),
                        'LIMIT', 0, limit)

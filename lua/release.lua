@@ -29,8 +29,7 @@ end
 -- recorded with the Redis clock's time.
 local function bury(e)
   redis.call('HSET', KEYS[3], order, entry_format('R', e))
-  local t = redis.call('TIME')
-  redis.call('ZADD', KEYS[6], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), order)
+  redis.call('ZADD', KEYS[6], clock_ms(), order)
 end
 local e = entry_parse(redis.call('HGET', KEYS[3], order))
 redis.call('ZREM', KEYS[4], order)

@@ -15,8 +15,7 @@ local node = incarnation()
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 local since = redis.call('HGET', KEYS[1], 'suspect_since')
 local seen, at = string.match(since or '', '^(%w+):(%d+)$')
 if seen ~= node then

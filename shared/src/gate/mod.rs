@@ -80,10 +80,12 @@ pub struct Gate {
 const ENTRY: &str = include_str!("../../../lua/entry.lua");
 const RULES: &str = include_str!("../../../lua/rules.lua");
 const INCARNATION: &str = include_str!("../../../lua/incarnation.lua");
+const CLOCK: &str = include_str!("../../../lua/clock.lua");
 
 /// A script with the preludes it uses in front of it: `lua/entry.lua` for those that read or
 /// write order entries, `lua/rules.lua` for those that decide, `lua/incarnation.lua` for those
-/// that record or compare which copy of Redis' data they run on.
+/// that record or compare which copy of Redis' data they run on, `lua/clock.lua` for those that
+/// read Redis' clock.
 fn script(preludes: &[&str], body: &str) -> Script {
     let mut text = preludes.join("\n");
     text.push('\n');
@@ -120,15 +122,18 @@ impl Gate {
                 include_str!("../../../lua/reserve.lua"),
             ),
             validate: script(&[RULES], include_str!("../../../lua/validate.lua")),
-            release: script(&[ENTRY], include_str!("../../../lua/release.lua")),
+            release: script(&[ENTRY, CLOCK], include_str!("../../../lua/release.lua")),
             lookup: script(
                 &[ENTRY, INCARNATION],
                 include_str!("../../../lua/lookup.lua"),
             ),
-            trust: script(&[INCARNATION], include_str!("../../../lua/trust.lua")),
-            lost: Script::new(include_str!("../../../lua/lost.lua")),
+            trust: script(
+                &[INCARNATION, CLOCK],
+                include_str!("../../../lua/trust.lua"),
+            ),
+            lost: script(&[CLOCK], include_str!("../../../lua/lost.lua")),
             retire: Script::new(include_str!("../../../lua/retire.lua")),
-            prune: script(&[ENTRY], include_str!("../../../lua/prune.lua")),
+            prune: script(&[ENTRY, CLOCK], include_str!("../../../lua/prune.lua")),
             load: script(&[INCARNATION, ENTRY], include_str!("../../../lua/load.lua")),
             patch: Script::new(include_str!("../../../lua/patch.lua")),
             sync: Script::new(include_str!("../../../lua/sync.lua")),
