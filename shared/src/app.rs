@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use crate::config::Settings;
 use crate::consumer::Consumer;
-use crate::errors::StoreError;
 use crate::events::kafka::Kafka;
 use crate::events::sqs::Sqs;
 use crate::events::{EventError, Transport};
 use crate::gate::{Gate, GateError};
 use crate::reservations::{self, Reservations};
 use crate::store::Store;
+use crate::store::StoreError;
 use crate::sweeper::Sweeper;
 
 /// Every client and service of the process, built once. A clone is one reference count: axum

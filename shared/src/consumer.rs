@@ -28,14 +28,25 @@ use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 
 use crate::domain::{amount, customer_id, instant_ms, Invalid, OrderId, Status, VoucherCode};
-pub use crate::errors::ConsumeError;
-use crate::errors::StoreError;
 use crate::events::{Landing, ReservedEvent, Sink, EVENT_TYPE, EVENT_VERSION};
 use crate::gate::{Gate, Place, Removal};
 use crate::store::{
-    is_undefined_table, never_passes, Merge, MergeOutcome, Merged, Store, MERGE_SET_MAX,
+    is_undefined_table, never_passes, Merge, MergeOutcome, Merged, Store, StoreError, MERGE_SET_MAX,
 };
 use crate::telemetry::{self, Chain};
+
+/// Why one event could not be consumed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumeError {
+    /// Will never succeed: the queue retries it, then moves it to the dead-letter queue.
+    #[error("poison message: {0}")]
+    Poison(String),
+    /// Shared: when the batch's one round trip fails, every event of the batch fails with it.
+    #[error("the database is unavailable")]
+    Store(#[source] std::sync::Arc<StoreError>),
+    #[error("panicked")]
+    Panicked,
+}
 
 /// Most pieces a batch is merged in at once, each on a Postgres connection of its own.
 const MERGE_PIECES: usize = 2;

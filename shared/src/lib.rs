@@ -8,17 +8,15 @@
 //!
 //! 1. `domain`, `config`, `telemetry`, `tls`: nothing of the service;
 //! 2. `aws` (SDK configuration and the configuration's AWS look-ups);
-//! 3. `gate` (Redis), `events` (the transports);
-//! 4. `errors`, the operations' errors, which wrap the gate's and the transports';
-//! 5. `store` (Postgres), which still answers some operations' errors (`ReserveError`,
-//!    `ListError`, ...) rather than outcomes of its own: the one arrow that makes it sit above
-//!    `gate` and `events` instead of beside them;
-//! 6. `reservations`; 7. `sweeper`, `consumer`; 8. `app`; 9. `http`; 10. `server`, `lambda`.
+//! 3. `store` (Postgres), `gate` (Redis), `events` (the transports): three siblings, none
+//!    importing another; each raises its own error and answers outcomes in domain words;
+//! 4. `reservations`, whose `error` holds one error per operation, wrapping theirs;
+//! 5. `sweeper`, `consumer`; 6. `app`; 7. `http`; 8. `server`, `lambda`.
 //!
 //! - [`domain`]: validated identifiers, the status lattice (`RESERVED < CONFIRMED < RELEASED`),
 //!   the reserve outcome vocabulary and the JSON views. Pure, no I/O.
 //! - [`config`]: settings from the environment, secrets wrapped; [`telemetry`]: JSON logs,
-//!   error chains, the one metrics emitter; [`errors`]: one error enum per operation.
+//!   error chains, the one metrics emitter.
 //! - [`store`]: Postgres, the source of truth. The pool, migrations and every SQL statement;
 //!   status changes all go through `Store::merge_batch` (the set-based `fg_merge_strict`, and
 //!   when it declines a batch the loop of `fg_merge` calls, `fg_merge_batch`).
@@ -28,7 +26,8 @@
 //! - [`events`]: mode B's `voucher-reserved` events, on SQS or Kafka, and the `Sink` that
 //!   receives them.
 //! - [`reservations`]: the service every route calls (create and read vouchers, reserve,
-//!   confirm, release, warm-up); its `flash` path runs the gate, its `warmup` loads it.
+//!   confirm, release, warm-up); its `flash` path runs the gate, its `warmup` loads it, its
+//!   `error` holds one error enum per operation.
 //! - [`sweeper`]: the scheduled sweep (expiry, orphans, reconciliation, warm-up);
 //!   [`consumer`]: mode B's consumer and the local queue poller.
 //! - [`app`]: the clients built once per process, holding the services.
@@ -42,7 +41,6 @@ pub mod aws;
 pub mod config;
 pub mod consumer;
 pub mod domain;
-pub mod errors;
 pub mod events;
 pub mod gate;
 pub mod http;
@@ -64,9 +62,7 @@ mod layering {
     const LAYERS: &[&[&str]] = &[
         &["domain", "config", "telemetry", "tls"],
         &["aws"],
-        &["gate", "events"],
-        &["errors"],
-        &["store"],
+        &["store", "gate", "events"],
         &["reservations"],
         &["sweeper", "consumer"],
         &["app"],

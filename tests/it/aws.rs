@@ -105,7 +105,10 @@ async fn the_database_login_comes_from_secrets_manager_and_migrate_applies_the_s
     let code = shared::domain::VoucherCode::parse("NOT-THERE").unwrap();
     let err = served.reservations().voucher(&code).await.unwrap_err();
     assert!(
-        matches!(err, shared::errors::GetVoucherError::NotFound(_)),
+        matches!(
+            err,
+            shared::reservations::error::GetVoucherError::NotFound(_)
+        ),
         "the voucher table is readable as {app_role}: {err:?}"
     );
     let sessions: i64 = db

@@ -10,8 +10,8 @@ use chrono::Utc;
 use futures::future::join_all;
 use shared::config::RedisSettings;
 use shared::domain::{Discount, ReserveOutcome, VoucherCode};
-use shared::errors::WarmupError;
 use shared::gate::{CodeCounts, Gate, GateMeta, Loaded, Place, Removal, Removed, Retired, Unit};
+use shared::reservations::error::WarmupError;
 
 use crate::harness::{cluster_url, load_counts as counts, lock_gate, redis_url, TestApp};
 

@@ -10,7 +10,7 @@ use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
 use reqwest::StatusCode;
 use serde_json::json;
 use sha2::Sha256;
-use shared::errors::StoreError;
+use shared::store::StoreError;
 use shared::App;
 use tokio_postgres::error::SqlState;
 

@@ -132,7 +132,7 @@ async fn migrate_names_a_database_from_before_the_baseline_and_reapplies_a_chang
     .unwrap();
     let err = store.migrate().await.unwrap_err();
     assert!(
-        matches!(err, shared::errors::StoreError::SchemaBeforeBaseline(_)),
+        matches!(err, shared::store::StoreError::SchemaBeforeBaseline(_)),
         "{err:?}"
     );
     assert!(err.to_string().contains("recreate it"), "{err}");

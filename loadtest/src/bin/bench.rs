@@ -32,7 +32,7 @@ use loadtest::Scratch;
 use shared::domain::{
     counter_slots_for, Discount, NewVoucher, OrderId, Reserve, VoucherCode, VoucherRules,
 };
-use shared::errors::ReserveError;
+use shared::reservations::error::ReserveError;
 use shared::App;
 use tokio_postgres::types::Type;
 use tokio_postgres::NoTls;

@@ -7,13 +7,13 @@ use serde::Serialize;
 
 use super::Outcome;
 use crate::domain::Invalid;
-use crate::errors::{
-    CampaignError, ConfirmError, CreateCampaignError, CreateVoucherError, GetReservationError,
-    GetVoucherError, ListError, PatchVoucherError, ReleaseError, ReserveError, StoreError,
-    WarmupError,
-};
 use crate::events::EventError;
 use crate::gate::GateError;
+use crate::reservations::error::{
+    CampaignError, ConfirmError, CreateCampaignError, CreateVoucherError, GetReservationError,
+    GetVoucherError, ListError, PatchVoucherError, ReleaseError, ReserveError, WarmupError,
+};
+use crate::store::StoreError;
 use crate::telemetry::Chain;
 
 /// Seconds a client is asked to wait after a 503.

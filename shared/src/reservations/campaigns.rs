@@ -9,9 +9,10 @@ use super::Reservations;
 use crate::domain::{
     CampaignList, CampaignPatch, CampaignView, CodeItem, CodeList, Invalid, NewCampaign, Page,
 };
-use crate::errors::{CampaignError, CreateCampaignError, StoreError};
 use crate::gate::{BudgetStep, GateMeta, Patched, Unit};
-use crate::store::CampaignGateSource;
+use crate::reservations::error::{CampaignError, CreateCampaignError};
+use crate::store::StoreError;
+use crate::store::{CampaignCreated, CampaignGateSource, CampaignPatched};
 use crate::telemetry::Chain;
 
 impl Reservations {
@@ -19,7 +20,13 @@ impl Reservations {
         &self,
         c: &NewCampaign,
     ) -> Result<CampaignView, CreateCampaignError> {
-        let view = self.store.create_campaign(c).await?;
+        let view = match self.store.create_campaign(c).await? {
+            CampaignCreated::Created(view) => view,
+            CampaignCreated::CodeTaken(code) => return Err(CreateCampaignError::CodeExists(code)),
+            CampaignCreated::CodesExhausted(n) => {
+                return Err(CreateCampaignError::CodesExhausted(n))
+            }
+        };
         if c.rules.flash_sale && self.warmup.is_due(c.rules.starts_at, chrono::Utc::now()) {
             // Best effort: a campaign not loaded now is loaded on its first reserve.
             if let Err(e) = self.warmup.warm_campaign(view.id).await {
@@ -39,7 +46,11 @@ impl Reservations {
             .pending(Unit::Campaign(id))
             .await
             .unwrap_or_default();
-        let (mut view, landed) = self.store.campaign(id, &pending.orders).await?;
+        let (mut view, landed) = self
+            .store
+            .campaign(id, &pending.orders)
+            .await?
+            .ok_or(CampaignError::NotFound(id))?;
         if view.flash_sale {
             let in_flight = pending.all.saturating_sub(landed) as i64;
             view.used_count += in_flight;
@@ -52,11 +63,14 @@ impl Reservations {
         &self,
         list: &CampaignList,
     ) -> Result<Page<CampaignView>, CampaignError> {
-        self.store.campaigns(list).await
+        Ok(self.store.campaigns(list).await?)
     }
 
     pub async fn campaign_codes(&self, list: &CodeList) -> Result<Page<CodeItem>, CampaignError> {
-        self.store.campaign_codes(list).await
+        self.store
+            .campaign_codes(list)
+            .await?
+            .ok_or(CampaignError::NotFound(list.campaign))
     }
 
     /// The whole listing from `list.after` on, read as it is sent (the CSV download).
@@ -65,7 +79,10 @@ impl Reservations {
         list: &CodeList,
     ) -> Result<impl Stream<Item = Result<CodeItem, StoreError>> + Send + 'static, CampaignError>
     {
-        self.store.campaign_codes_stream(list).await
+        self.store
+            .campaign_codes_stream(list)
+            .await?
+            .ok_or(CampaignError::NotFound(list.campaign))
     }
 
     /// A standard campaign changes in Postgres alone (`fg_patch_campaign`). A flash-sale
@@ -81,7 +98,7 @@ impl Reservations {
     ) -> Result<CampaignView, CampaignError> {
         let state = self.campaign_state(id).await?;
         if !state.flash_sale {
-            return self.store.patch_campaign(id, patch).await;
+            return patched(id, self.store.patch_campaign(id, patch).await?);
         }
         let unit = Unit::Campaign(id);
         let token = self
@@ -167,7 +184,11 @@ impl Reservations {
         }
 
         // 2. Postgres.
-        let changed = match self.store.patch_campaign(id, patch).await {
+        let changed = self.store.patch_campaign(id, patch).await;
+        let changed = match changed
+            .map_err(CampaignError::from)
+            .and_then(|p| patched(id, p))
+        {
             Ok(view) => view,
             Err(e) => {
                 if !matches!(e, CampaignError::Unavailable(_)) {
@@ -229,5 +250,18 @@ pub fn campaign_meta(source: &CampaignGateSource, version: i64) -> GateMeta {
         ttl_ms: i64::from(source.reservation_ttl_seconds) * 1000,
         active: source.active,
         version,
+    }
+}
+
+/// The operation's answer to what Postgres made of a campaign's change.
+fn patched(id: i64, outcome: CampaignPatched) -> Result<CampaignView, CampaignError> {
+    match outcome {
+        CampaignPatched::Patched(view) => Ok(view),
+        CampaignPatched::NotFound => Err(CampaignError::NotFound(id)),
+        CampaignPatched::LimitBelowUsed(detail) => Err(CampaignError::LimitBelowUsed(detail)),
+        CampaignPatched::BudgetBelowUsed(detail) => Err(CampaignError::BudgetBelowUsed(detail)),
+        CampaignPatched::WindowInverted(detail) => {
+            Err(Invalid::new("endsAt", format!("must be after startsAt: {detail}")).into())
+        }
     }
 }

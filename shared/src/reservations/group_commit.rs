@@ -15,7 +15,8 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::domain::{Held, Reservation, Reserve, Status, VoucherCode};
-use crate::errors::{ReserveError, StoreError};
+use crate::reservations::error::ReserveError;
+use crate::store::StoreError;
 use crate::store::{Merge, Merged, Store, MERGE_BATCH_MAX};
 use crate::telemetry::metrics::BATCH_SIZE;
 
@@ -71,7 +72,7 @@ impl GroupCommit {
         now: DateTime<Utc>,
     ) -> Result<Reservation, ReserveError> {
         if self.max <= 1 {
-            return self.store.reserve(request, now).await;
+            return ReserveError::answer(self.store.reserve(request, now).await);
         }
         let (answer, answered) = oneshot::channel();
         let job = Job::Reserve {
@@ -162,7 +163,7 @@ async fn write(store: Store, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: usize)
             match store.reserve_batch(&requests).await {
                 Ok(answers) => {
                     for ((_, _, answer), result) in reserves.into_iter().zip(answers) {
-                        let _ = answer.send(result);
+                        let _ = answer.send(ReserveError::answer(result));
                     }
                 }
                 Err(e) => {

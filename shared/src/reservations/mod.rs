@@ -9,6 +9,7 @@
 //! gate. See docs/ARCHITECTURE.md, "Standard mode" and "Flash-sale mode".
 
 mod campaigns;
+pub mod error;
 mod flash;
 mod group_commit;
 mod patch;
@@ -26,12 +27,13 @@ use crate::domain::{
     ReservationList, ReservationView, Reserve, ReserveOutcome, Status, Validate, VoucherCode,
     VoucherList, VoucherView,
 };
-use crate::errors::{
-    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ListError,
-    ReleaseError, ReserveError, StoreError, ValidateError, WarmupError,
-};
 use crate::events::Transport;
 use crate::gate::{Gate, Place, Unit};
+use crate::reservations::error::{
+    ConfirmError, CreateVoucherError, GetReservationError, GetVoucherError, ListError,
+    ReleaseError, ReserveError, ValidateError, WarmupError,
+};
+use crate::store::StoreError;
 use crate::store::{Store, VoucherKind};
 pub use campaigns::campaign_meta;
 use flash::Flash;
@@ -98,7 +100,11 @@ impl Reservations {
     }
 
     pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
-        let view = self.store.create_voucher(v).await?;
+        let view = self
+            .store
+            .create_voucher(v)
+            .await?
+            .ok_or_else(|| CreateVoucherError::Exists(v.code.as_str().to_owned()))?;
         if v.flash_sale && self.warmup.is_due(v.rules.starts_at, Utc::now()) {
             // Best effort: a voucher not loaded now is loaded on first use.
             if let Err(e) = self.warmup.warm(&v.code).await {
@@ -120,7 +126,11 @@ impl Reservations {
         };
         let (ids, all) = pending.map(|p| p.of_code(code)).unwrap_or_default();
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        let (mut view, landed) = self.store.voucher_and_landed(code, &ids).await?;
+        let (mut view, landed) = self
+            .store
+            .voucher_and_landed(code, &ids)
+            .await?
+            .ok_or_else(|| GetVoucherError::NotFound(code.as_str().to_owned()))?;
         if view.flash_sale {
             // Past the oldest read, the younger pending orders count as in flight.
             let in_flight = all.saturating_sub(landed) as i64;
@@ -141,22 +151,27 @@ impl Reservations {
         code: &VoucherCode,
         order_id: &OrderId,
     ) -> Result<ReservationView, GetReservationError> {
-        match self.store.reservation(code, order_id).await {
-            Err(GetReservationError::NotFound) if self.flash.mode_b() => {
-                let campaign = self.kind(code).await?.and_then(|k| k.flash_campaign());
-                match self.flash.held_in_gate(code, campaign, order_id).await? {
-                    Some(held) => Ok(held),
-                    // Not held: the event may have landed while we looked at the gate.
-                    None => self.store.reservation(code, order_id).await,
-                }
-            }
-            read => read,
+        if let Some(view) = self.store.reservation(code, order_id).await? {
+            return Ok(view);
+        }
+        if !self.flash.mode_b() {
+            return Err(GetReservationError::NotFound);
+        }
+        let campaign = self.kind(code).await?.and_then(|k| k.flash_campaign());
+        match self.flash.held_in_gate(code, campaign, order_id).await? {
+            Some(held) => Ok(held),
+            // Not held: the event may have landed while we looked at the gate.
+            None => self
+                .store
+                .reservation(code, order_id)
+                .await?
+                .ok_or(GetReservationError::NotFound),
         }
     }
 
     /// A page of vouchers, in code order.
     pub async fn vouchers(&self, list: &VoucherList) -> Result<Page<VoucherView>, ListError> {
-        self.store.vouchers(list).await
+        Ok(self.store.vouchers(list).await?)
     }
 
     /// A page of a voucher's reservations, in orderId order.
@@ -164,7 +179,10 @@ impl Reservations {
         &self,
         list: &ReservationList,
     ) -> Result<Page<ReservationItem>, ListError> {
-        self.store.reservations(list).await
+        self.store
+            .reservations(list)
+            .await?
+            .ok_or(ListError::VoucherNotFound)
     }
 
     /// Would this customer's order get the voucher now, and with what discount? Decided as a

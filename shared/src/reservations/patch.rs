@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use super::Reservations;
 use crate::domain::{flash_budget, VoucherCode, VoucherPatch, VoucherView};
-use crate::errors::{GetVoucherError, PatchVoucherError};
 use crate::gate::{BudgetStep, GateError, GateMeta, Patched, Unit};
+use crate::reservations::error::PatchVoucherError;
 use crate::store::{PatchOutcome, VoucherState};
 use crate::telemetry::Chain;
 
@@ -62,11 +62,11 @@ impl Reservations {
                 self.patch_in_postgres(code, patch).await?
             };
             if done {
-                return self.store.voucher(code).await.map_err(|e| match e {
-                    GetVoucherError::NotFound(c) => PatchVoucherError::NotFound(c),
-                    GetVoucherError::Invalid(e) => e.into(),
-                    GetVoucherError::Unavailable(e) => e.into(),
-                });
+                return self
+                    .store
+                    .voucher(code)
+                    .await?
+                    .ok_or_else(|| PatchVoucherError::NotFound(code.as_str().to_owned()));
             }
         }
         Err(PatchVoucherError::Busy)

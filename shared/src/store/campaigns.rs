@@ -1,5 +1,5 @@
 //! Campaigns: creating one with its codes (generated or imported), reading, listing and
-//! changing them, and listing a campaign's codes.
+//! changing them (a campaign's codes are listed by `campaign_codes`).
 //!
 //! A campaign's codes are written in chunks of [`CODE_CHUNK`], each one statement that inserts
 //! the chunk's voucher rows and their slots (`ON CONFLICT DO NOTHING`, so a code that exists
@@ -9,16 +9,15 @@
 
 use std::collections::HashSet;
 
-use futures::{Stream, StreamExt as _};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::Type;
 
 use super::rows::page_next;
 use super::Store;
+use super::StoreError;
 use crate::domain::{
-    Budget, CampaignList, CampaignPatch, CampaignView, CodeItem, CodeList, CodeRng, CodeStatus,
-    Discount, NewCampaign, NewCodes, Page, VoucherCode,
+    Budget, CampaignList, CampaignPatch, CampaignView, CodeRng, Discount, NewCampaign, NewCodes,
+    Page, VoucherCode,
 };
-use crate::errors::{CampaignError, CreateCampaignError, StoreError};
 use crate::telemetry::metrics::{timed, Dependency};
 
 /// Codes written per statement.
@@ -84,19 +83,31 @@ fn campaign_view(row: &tokio_postgres::Row) -> CampaignView {
     }
 }
 
-/// The codes listing: a campaign's codes in code order, with their active uses (one slot each).
-const CODES: &str = "
-    SELECT v.code, s.used::int8 AS used
-      FROM voucher v JOIN voucher_slot s ON s.voucher_code = v.code AND s.slot = 0
-     WHERE v.campaign_id = $1 AND ($2::text IS NULL OR v.code > $2)
-       AND ($3::bool IS NULL OR (s.used > 0) = $3)
-     ORDER BY v.code";
+/// What creating a campaign came to. Refused: nothing was written.
+#[derive(Debug)]
+pub enum CampaignCreated {
+    Created(CampaignView),
+    /// An imported code is a voucher's or another campaign's already.
+    CodeTaken(String),
+    /// Generated codes kept meeting existing ones: this many could not be drawn.
+    CodesExhausted(u64),
+}
+
+/// What changing a campaign came to. Refused: nothing was written.
+#[derive(Debug)]
+pub enum CampaignPatched {
+    Patched(CampaignView),
+    NotFound,
+    /// The uses held exceed the new limit. Postgres' detail.
+    LimitBelowUsed(String),
+    /// The discounts held exceed the new budget. Postgres' detail.
+    BudgetBelowUsed(String),
+    /// The window would end before it starts. Postgres' detail.
+    WindowInverted(String),
+}
 
 impl Store {
-    pub async fn create_campaign(
-        &self,
-        c: &NewCampaign,
-    ) -> Result<CampaignView, CreateCampaignError> {
+    pub async fn create_campaign(&self, c: &NewCampaign) -> Result<CampaignCreated, StoreError> {
         timed(Dependency::Postgres, "create_campaign", async {
             let mut client = self.client().await?;
             let tx = client.transaction().await.map_err(StoreError::from)?;
@@ -145,7 +156,7 @@ impl Store {
                         let asked: Vec<&str> = chunk.iter().map(VoucherCode::as_str).collect();
                         let written = insert_codes(&tx, &asked, id).await?;
                         if let Some(taken) = asked.iter().find(|code| !written.contains(**code)) {
-                            return Err(CreateCampaignError::CodeExists((*taken).to_owned()));
+                            return Ok(CampaignCreated::CodeTaken((*taken).to_owned()));
                         }
                     }
                 }
@@ -171,7 +182,7 @@ impl Store {
                             }
                         }
                         if !pending.is_empty() {
-                            return Err(CreateCampaignError::CodesExhausted(pending.len() as u64));
+                            return Ok(CampaignCreated::CodesExhausted(pending.len() as u64));
                         }
                         start = end;
                     }
@@ -193,18 +204,19 @@ impl Store {
                 .map_err(StoreError::from)?;
             let view = campaign_view(row.first().ok_or(StoreError::NoRow)?);
             tx.commit().await.map_err(StoreError::from)?;
-            Ok(view)
+            Ok(CampaignCreated::Created(view))
         })
         .await
     }
 
     /// The campaign's view, and in the same snapshot how many of `orders` (code, orderId) have
-    /// their rows (mode B: the orders its gate had in flight, read before).
+    /// their rows (mode B: the orders its gate had in flight, read before). None: no such
+    /// campaign.
     pub async fn campaign(
         &self,
         id: i64,
         orders: &[(String, String)],
-    ) -> Result<(CampaignView, usize), CampaignError> {
+    ) -> Result<Option<(CampaignView, usize)>, StoreError> {
         timed(Dependency::Postgres, "campaign", async {
             let (codes, order_ids): (Vec<&str>, Vec<&str>) =
                 orders.iter().map(|(c, o)| (c.as_str(), o.as_str())).unzip();
@@ -227,17 +239,15 @@ impl Store {
                 )
                 .await
                 .map_err(StoreError::from)?;
-            let row = rows.first().ok_or(CampaignError::NotFound(id))?;
-            Ok((campaign_view(row), row.get::<_, i64>("landed") as usize))
+            Ok(rows
+                .first()
+                .map(|row| (campaign_view(row), row.get::<_, i64>("landed") as usize)))
         })
         .await
     }
 
     /// A page of campaigns in id order.
-    pub async fn campaigns(
-        &self,
-        list: &CampaignList,
-    ) -> Result<Page<CampaignView>, CampaignError> {
+    pub async fn campaigns(&self, list: &CampaignList) -> Result<Page<CampaignView>, StoreError> {
         timed(Dependency::Postgres, "campaigns", async {
             let rows = self
                 .client()
@@ -258,68 +268,11 @@ impl Store {
         .await
     }
 
-    async fn campaign_exists(
-        &self,
-        client: &deadpool_postgres::Client,
-        id: i64,
-    ) -> Result<(), CampaignError> {
-        let rows = client
-            .query_typed("SELECT 1 FROM campaign WHERE id = $1", &[(&id, Type::INT8)])
-            .await
-            .map_err(StoreError::from)?;
-        if rows.is_empty() {
-            return Err(CampaignError::NotFound(id));
-        }
-        Ok(())
-    }
-
-    /// A page of a campaign's codes in code order.
-    pub async fn campaign_codes(&self, list: &CodeList) -> Result<Page<CodeItem>, CampaignError> {
-        timed(Dependency::Postgres, "campaign_codes", async {
-            let client = self.client().await?;
-            self.campaign_exists(&client, list.campaign).await?;
-            let after = list.after.as_ref().map(VoucherCode::as_str);
-            let used = list.status.map(|s| s == CodeStatus::Used);
-            let rows = client
-                .query_typed(
-                    &format!("{CODES} LIMIT $4"),
-                    &[
-                        (&list.campaign, Type::INT8),
-                        (&after, Type::TEXT),
-                        (&used, Type::BOOL),
-                        (&(list.limit + 1), Type::INT8),
-                    ],
-                )
-                .await
-                .map_err(StoreError::from)?;
-            let mut items: Vec<CodeItem> = rows.iter().map(code_item).collect();
-            let next = page_next(&mut items, list.limit, |c| CodeList::cursor(&c.code));
-            Ok(Page { items, next })
-        })
-        .await
-    }
-
-    /// Every code of the listing from `list.after` on, as a stream of rows read from Postgres
-    /// as they are sent: a million codes never sit in memory at once. (`list.limit` is ignored.)
-    pub async fn campaign_codes_stream(
-        &self,
-        list: &CodeList,
-    ) -> Result<impl Stream<Item = Result<CodeItem, StoreError>> + Send + 'static, CampaignError>
-    {
-        let client = self.client().await?;
-        self.campaign_exists(&client, list.campaign).await?;
-        let after = list.after.as_ref().map(|c| c.as_str().to_owned());
-        let used = list.status.map(|s| s == CodeStatus::Used);
-        let params: Vec<Box<dyn ToSql + Send + Sync>> =
-            vec![Box::new(list.campaign), Box::new(after), Box::new(used)];
-        Ok(code_rows(client, params).await?)
-    }
-
     pub async fn patch_campaign(
         &self,
         id: i64,
         p: &CampaignPatch,
-    ) -> Result<CampaignView, CampaignError> {
+    ) -> Result<CampaignPatched, StoreError> {
         timed(Dependency::Postgres, "patch_campaign", async {
             let client = self.client().await?;
             let total = p.total_limit.flatten();
@@ -349,27 +302,23 @@ impl Store {
                         let detail = db.detail().unwrap_or_default().to_owned();
                         match (db.code().code(), db.message()) {
                             ("FG409", "LIMIT_BELOW_USED") => {
-                                return Err(CampaignError::LimitBelowUsed(detail))
+                                return Ok(CampaignPatched::LimitBelowUsed(detail))
                             }
                             ("FG409", "BUDGET_BELOW_USED") => {
-                                return Err(CampaignError::BudgetBelowUsed(detail))
+                                return Ok(CampaignPatched::BudgetBelowUsed(detail))
                             }
                             ("FG422", "WINDOW") => {
-                                return Err(crate::domain::Invalid::new(
-                                    "endsAt",
-                                    format!("must be after startsAt: {detail}"),
-                                )
-                                .into())
+                                return Ok(CampaignPatched::WindowInverted(detail))
                             }
                             _ => {}
                         }
                     }
-                    return Err(StoreError::from(e).into());
+                    return Err(e.into());
                 }
             };
             let outcome: String = rows.first().ok_or(StoreError::NoRow)?.get(0);
             if outcome == "NOT_FOUND" {
-                return Err(CampaignError::NotFound(id));
+                return Ok(CampaignPatched::NotFound);
             }
             let rows = client
                 .query_typed(
@@ -378,9 +327,9 @@ impl Store {
                 )
                 .await
                 .map_err(StoreError::from)?;
-            rows.first()
-                .map(campaign_view)
-                .ok_or(CampaignError::NotFound(id))
+            Ok(rows.first().map_or(CampaignPatched::NotFound, |row| {
+                CampaignPatched::Patched(campaign_view(row))
+            }))
         })
         .await
     }
@@ -399,36 +348,4 @@ async fn insert_codes(
         )
         .await?;
     Ok(rows.iter().map(|row| row.get::<_, String>(0)).collect())
-}
-
-fn code_item(row: &tokio_postgres::Row) -> CodeItem {
-    CodeItem {
-        code: row.get("code"),
-        used_count: row.get("used"),
-    }
-}
-
-/// The codes query as a row stream that owns its pooled connection, so the stream can outlive
-/// the handler that made it (the response body reads it).
-async fn code_rows(
-    client: deadpool_postgres::Client,
-    params: Vec<Box<dyn ToSql + Send + Sync>>,
-) -> Result<impl Stream<Item = Result<CodeItem, StoreError>> + Send + 'static, StoreError> {
-    let rows = client
-        .query_raw(
-            CODES,
-            params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)),
-        )
-        .await?;
-    // The client moves into the stream: it goes back to the pool when the stream is dropped.
-    Ok(futures::stream::unfold(
-        (client, Box::pin(rows)),
-        |(client, mut rows)| async move {
-            let next = rows.next().await?;
-            Some((
-                next.map(|r| code_item(&r)).map_err(StoreError::from),
-                (client, rows),
-            ))
-        },
-    ))
 }

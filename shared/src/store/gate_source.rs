@@ -6,8 +6,8 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::rows::voucher_rules;
 use super::Store;
+use super::StoreError;
 use crate::domain::{Discount, VoucherCode, VoucherRules};
-use crate::errors::StoreError;
 use crate::telemetry::metrics::{timed, Dependency};
 
 /// What a gate is loaded from ([`Store::gate_source`]), read in one snapshot. The gate's

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 
 use super::Store;
+use super::StoreError;
 use crate::domain::{Discount, GrantRules};
-use crate::errors::StoreError;
 use crate::telemetry::metrics::{timed, Dependency};
 
 /// The rules some events were granted under: each voucher's current rules, and the earlier

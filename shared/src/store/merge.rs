@@ -9,8 +9,8 @@ use tokio_postgres::Row;
 
 use super::rows::{one_row_each, raised, row_facts};
 use super::Store;
+use super::StoreError;
 use crate::domain::{Held, OrderId, ReleaseReason, ReserveOutcome, Status, VoucherCode};
-use crate::errors::StoreError;
 use crate::telemetry::metrics::{timed, Dependency};
 
 /// One status change: the arguments of `fg_merge`. Built by [`Merge::by_key`] (the caller knows

@@ -25,7 +25,9 @@
 //! - `rows`: the row readers more than one of those files share (a reader only one query needs
 //!   stays next to it).
 
+mod campaign_codes;
 mod campaigns;
+mod error;
 mod functions;
 mod gate_source;
 mod grants;
@@ -41,12 +43,15 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 
+pub use campaigns::{CampaignCreated, CampaignPatched};
+pub use error::StoreError;
 pub use gate_source::{CampaignGateSource, GateCheck, GateSource};
 pub use grants::Grants;
 pub use merge::{
     is_undefined_function, is_undefined_table, is_unknown_voucher, never_passes, Merge,
     MergeOutcome, Merged, RowFacts, MERGE_BATCH_MAX, MERGE_SET_MAX,
 };
+pub use reservations::Reserved;
 pub use sweeps::{Expired, LiveFlashCampaign, LiveFlashVoucher};
 pub use vouchers::{PatchOutcome, VoucherKind, VoucherState};
 

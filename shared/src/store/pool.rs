@@ -9,8 +9,8 @@ use secrecy::ExposeSecret;
 use tokio_postgres::{error::SqlState, types::Type, NoTls};
 
 use super::Store;
+use super::StoreError;
 use crate::config::DatabaseSettings;
-use crate::errors::StoreError;
 use crate::tls;
 
 mod embedded {

@@ -8,20 +8,20 @@ use tokio_postgres::types::Type;
 use super::merge::set_then_loop;
 use super::rows::{one_row_each, page_next, raised, row_facts};
 use super::Store;
+use super::StoreError;
 use crate::domain::{
     OrderId, Page, Reservation, ReservationItem, ReservationList, ReservationView, Reserve,
     ReserveOutcome, Status, Validate, VoucherCode,
 };
-use crate::errors::{GetReservationError, ListError, ReserveError, StoreError};
 use crate::telemetry::metrics::{timed, Dependency};
 
 impl Store {
     /// A page of a voucher's reservations in orderId order (keyset: the page after
-    /// `list.after`), filtered by status and customer.
+    /// `list.after`), filtered by status and customer. None: no such voucher.
     pub async fn reservations(
         &self,
         list: &ReservationList,
-    ) -> Result<Page<ReservationItem>, ListError> {
+    ) -> Result<Option<Page<ReservationItem>>, StoreError> {
         timed(Dependency::Postgres, "reservations", async {
             let after = list.after.as_ref().map(OrderId::as_str);
             let status = list.status.map(Status::as_db);
@@ -56,7 +56,7 @@ impl Store {
                 .await
                 .map_err(StoreError::from)?;
             if rows.is_empty() {
-                return Err(ListError::VoucherNotFound);
+                return Ok(None);
             }
             let mut items = Vec::with_capacity(rows.len());
             for row in &rows {
@@ -81,7 +81,7 @@ impl Store {
             let next = page_next(&mut items, list.limit, |r| {
                 ReservationList::cursor(&r.order_id)
             });
-            Ok(Page { items, next })
+            Ok(Some(Page { items, next }))
         })
         .await
     }
@@ -121,11 +121,7 @@ impl Store {
 
     /// Standard-mode reserve on its own: a batch of one (`fg_reserve_strict`, the loop when it
     /// declines). Group commit batches the reserves that arrive together.
-    pub async fn reserve(
-        &self,
-        r: &Reserve,
-        now: DateTime<Utc>,
-    ) -> Result<Reservation, ReserveError> {
+    pub async fn reserve(&self, r: &Reserve, now: DateTime<Utc>) -> Reserved {
         timed(Dependency::Postgres, "reserve", async {
             self.reserve_batch(&[(r, now)])
                 .await?
@@ -143,7 +139,7 @@ impl Store {
     pub async fn reserve_batch(
         &self,
         requests: &[(&Reserve, DateTime<Utc>)],
-    ) -> Result<Vec<Result<Reservation, ReserveError>>, StoreError> {
+    ) -> Result<Vec<Reserved>, StoreError> {
         timed(Dependency::Postgres, "reserve_batch", async {
             set_then_loop(|looped| self.run_reserve_batch(requests, looped)).await
         })
@@ -154,7 +150,7 @@ impl Store {
         &self,
         requests: &[(&Reserve, DateTime<Utc>)],
         looped: bool,
-    ) -> Result<Vec<Result<Reservation, ReserveError>>, StoreError> {
+    ) -> Result<Vec<Reserved>, StoreError> {
         let codes: Vec<&str> = requests.iter().map(|(r, _)| r.code.as_str()).collect();
         let orders: Vec<&str> = requests.iter().map(|(r, _)| r.order_id.as_str()).collect();
         let customers: Vec<i64> = requests.iter().map(|(r, _)| r.customer_id).collect();
@@ -209,7 +205,7 @@ impl Store {
         &self,
         requests: &[(&Reserve, DateTime<Utc>)],
         replays: &[usize],
-        answers: &mut [Result<Reservation, ReserveError>],
+        answers: &mut [Reserved],
     ) -> Result<(), StoreError> {
         let codes: Vec<&str> = replays
             .iter()
@@ -232,20 +228,21 @@ impl Store {
         for row in rows {
             let i = replays[row.get::<_, i32>("i") as usize - 1];
             if row.get::<_, Option<i64>>("order_amount") != Some(requests[i].0.order_amount) {
-                answers[i] = Err(ReserveError::OrderAmountMismatch);
+                answers[i] = Ok(Err(ReserveOutcome::OrderAmountMismatch));
             }
         }
         Ok(())
     }
 
+    /// None: the voucher has no reservation for this orderId.
     pub async fn reservation(
         &self,
         code: &VoucherCode,
         order_id: &OrderId,
-    ) -> Result<ReservationView, GetReservationError> {
+    ) -> Result<Option<ReservationView>, StoreError> {
         timed(Dependency::Postgres, "reservation", async {
             let client = self.client().await?;
-            let row = client
+            let rows = client
                 .query_typed(
                     "SELECT customer_id, status, discount_amount, expires_at
                        FROM redemption WHERE voucher_code = $1 AND order_id = $2",
@@ -254,44 +251,45 @@ impl Store {
                         (&order_id.as_str(), Type::TEXT),
                     ],
                 )
-                .await
-                .map_err(StoreError::from)?
-                .into_iter()
-                .next()
-                .ok_or(GetReservationError::NotFound)?;
-            let facts = row_facts(&row)?;
-            Ok(ReservationView {
+                .await?;
+            let Some(row) = rows.first() else {
+                return Ok(None);
+            };
+            let facts = row_facts(row)?;
+            Ok(Some(ReservationView {
                 order_id: order_id.as_str().to_owned(),
                 customer_id: facts.customer_id,
                 status: facts.status,
                 discount_amount: facts.discount_amount,
                 expires_at: facts.expires_at,
-            })
+            }))
         })
         .await
     }
 }
 
+/// One reserve's answer from Postgres: `Ok(Ok(_))` the use is held (or was, by this order
+/// already: a replay), `Ok(Err(outcome))` a rule refused it (the outcome says which), `Err` the
+/// change failed.
+pub type Reserved = Result<Result<Reservation, ReserveOutcome>, StoreError>;
+
 /// One row of `fg_reserve_strict` or `fg_reserve_batch`: the reservation, or the refusal or error it came to.
-fn reserved(r: &Reserve, row: &tokio_postgres::Row) -> Result<Reservation, ReserveError> {
+fn reserved(r: &Reserve, row: &tokio_postgres::Row) -> Reserved {
     if let Some(raised) = raised(row) {
         // A refusal fg_merge found under lock, or an error.
-        return Err(match raised {
-            Ok(refused) => ReserveError::refused(refused),
-            Err(e) => e.into(),
-        });
+        return raised.map(Err);
     }
     let word: &str = row.get("outcome");
     let outcome = ReserveOutcome::parse(word)
         .ok_or_else(|| StoreError::UnexpectedOutcome(word.to_owned()))?;
-    if let Some(refused) = ReserveError::refusal(outcome) {
-        return Err(refused);
+    if !matches!(outcome, ReserveOutcome::Reserved | ReserveOutcome::Replay) {
+        return Ok(Err(outcome));
     }
-    Ok(Reservation {
+    Ok(Ok(Reservation {
         order_id: r.order_id.as_str().to_owned(),
         customer_id: row.get("customer_id"),
         discount_amount: row.get("discount_amount"),
         status: Status::Reserved,
         expires_at: row.get("expires_at"),
-    })
+    }))
 }

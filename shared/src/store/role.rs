@@ -17,8 +17,8 @@ use postgres_protocol::escape::{escape_identifier, escape_literal};
 use secrecy::ExposeSecret;
 use tokio_postgres::types::Type;
 
+use super::StoreError;
 use crate::config::DatabaseCredentials;
-use crate::errors::StoreError;
 
 /// The tables the service deletes rows from: customer counters back at zero (the V12 and V17
 /// triggers run as the caller), rules no event can still need (the sweeper, both tables) and counter slots a

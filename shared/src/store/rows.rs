@@ -5,8 +5,8 @@
 use tokio_postgres::Row;
 
 use super::RowFacts;
+use super::StoreError;
 use crate::domain::{Discount, ReserveOutcome, Status, VoucherRules};
-use crate::errors::StoreError;
 
 /// The voucher's rules from a row with the voucher's columns (`voucher_state`, `gate_source`).
 pub(super) fn voucher_rules(row: &Row) -> VoucherRules {

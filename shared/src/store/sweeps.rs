@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 
 use super::Store;
+use super::StoreError;
 use crate::domain::VoucherCode;
-use crate::errors::StoreError;
 use crate::telemetry::metrics::{timed, Dependency};
 
 /// A reservation one expiry batch released.

@@ -4,10 +4,10 @@ use tokio_postgres::{error::SqlState, types::Type};
 
 use super::rows::{page_next, voucher_rules};
 use super::Store;
+use super::StoreError;
 use crate::domain::{
     Budget, Discount, NewVoucher, Page, VoucherCode, VoucherList, VoucherRules, VoucherView,
 };
-use crate::errors::{CreateVoucherError, GetVoucherError, ListError, StoreError};
 use crate::telemetry::metrics::{timed, Dependency};
 
 /// The facts about a voucher that never change after creation, cached by each process.
@@ -115,7 +115,9 @@ fn voucher_view(row: &tokio_postgres::Row) -> VoucherView {
 }
 
 impl Store {
-    pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
+    /// The new voucher's view; None: the code is taken (a voucher's or a campaign's), and
+    /// nothing was written.
+    pub async fn create_voucher(&self, v: &NewVoucher) -> Result<Option<VoucherView>, StoreError> {
         timed(Dependency::Postgres, "create_voucher", async {
             let client = self.client().await?;
             let r = &v.rules;
@@ -153,12 +155,11 @@ impl Store {
                         (&r.budget_amount, Type::INT8),
                     ],
                 )
-                .await
-                .map_err(StoreError::from)?;
+                .await?;
             if rows.is_empty() {
-                return Err(CreateVoucherError::Exists(v.code.as_str().to_owned()));
+                return Ok(None);
             }
-            Ok(VoucherView {
+            Ok(Some(VoucherView {
                 code: v.code.as_str().to_owned(),
                 discount_amount: amount,
                 discount_percent: percent,
@@ -180,26 +181,31 @@ impl Store {
                 in_flight_count: 0,
                 budget: r.budget_amount.map(|amount| Budget::of(amount, 0)),
                 campaign_id: None,
-            })
+            }))
         })
         .await
     }
 
-    pub async fn voucher(&self, code: &VoucherCode) -> Result<VoucherView, GetVoucherError> {
-        Ok(self.voucher_and_landed(code, &[]).await?.0)
+    /// None: no such voucher.
+    pub async fn voucher(&self, code: &VoucherCode) -> Result<Option<VoucherView>, StoreError> {
+        Ok(self
+            .voucher_and_landed(code, &[])
+            .await?
+            .map(|(view, _)| view))
     }
 
     /// The voucher's view and how many of `order_ids` Postgres holds, read in one snapshot
     /// (one statement): mode B's view counts the gate's pending orders Postgres does not hold
     /// yet, and an event that lands between two reads would be counted twice or not at all.
+    /// None: no such voucher.
     pub async fn voucher_and_landed(
         &self,
         code: &VoucherCode,
         order_ids: &[&str],
-    ) -> Result<(VoucherView, usize), GetVoucherError> {
+    ) -> Result<Option<(VoucherView, usize)>, StoreError> {
         timed(Dependency::Postgres, "voucher", async {
             let client = self.client().await?;
-            let row = client
+            let rows = client
                 .query_typed(
                     &format!(
                         "SELECT view.*,
@@ -209,20 +215,18 @@ impl Store {
                     ),
                     &[(&code.as_str(), Type::TEXT), (&order_ids, Type::TEXT_ARRAY)],
                 )
-                .await
-                .map_err(StoreError::from)?
-                .into_iter()
-                .next()
-                .ok_or_else(|| GetVoucherError::NotFound(code.as_str().to_owned()))?;
-            let landed: i64 = row.get("landed");
-            Ok((voucher_view(&row), landed as usize))
+                .await?;
+            Ok(rows.first().map(|row| {
+                let landed: i64 = row.get("landed");
+                (voucher_view(row), landed as usize)
+            }))
         })
         .await
     }
 
     /// A page of vouchers in code order (keyset: the page after `list.after`). Campaigns' codes
     /// are listed by campaign, not here.
-    pub async fn vouchers(&self, list: &VoucherList) -> Result<Page<VoucherView>, ListError> {
+    pub async fn vouchers(&self, list: &VoucherList) -> Result<Page<VoucherView>, StoreError> {
         timed(Dependency::Postgres, "vouchers", async {
             let after = list.after.as_ref().map(VoucherCode::as_str);
             // One more than the page, to know whether a page follows.

@@ -38,12 +38,21 @@ use serde::Serialize;
 
 use crate::config::SweepSettings;
 use crate::domain;
-use crate::errors::SweepError;
 use crate::gate::{Gate, GateError, Place, Removal, Retired, Unit};
 use crate::reservations::Warmup;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::telemetry::metrics::{SWEEP_DURATION, SWEEP_ITEMS};
 use crate::telemetry::Chain;
+
+/// The sweep stops at a Postgres failure (the next run starts over); gate failures are counted
+/// in its report and skipped.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("the database is unavailable")]
+    Store(#[from] StoreError),
+    #[error("redis is unavailable")]
+    Gate(#[from] GateError),
+}
 
 /// Rows per `fg_expire` transaction.
 pub const EXPIRE_BATCH: i32 = 500;

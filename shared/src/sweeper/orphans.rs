@@ -5,9 +5,9 @@ use chrono::{DateTime, Utc};
 
 use super::{SweepReport, Sweeper};
 use crate::domain::{ReleaseReason, Status, VoucherCode};
-use crate::errors::SweepError;
 use crate::gate::{OrderEntry, Place, Removal, Unit};
 use crate::store::{Merge, MergeOutcome};
+use crate::sweeper::SweepError;
 
 impl Sweeper {
     /// Resolves the pending orders of one gate (a voucher's, or a flash campaign's over all its

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use super::{SweepReport, Sweeper};
 use crate::domain::VoucherCode;
-use crate::errors::SweepError;
 use crate::gate::{GateCounts, GateMeta, Place, Removal, Removed, Unit};
 use crate::reservations::campaign_meta;
+use crate::sweeper::SweepError;
 use crate::telemetry::metrics::VOUCHER_REMAINING;
 
 /// What the reconciler read: the gate's counters, then (after, in one Postgres snapshot)

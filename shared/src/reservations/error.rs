@@ -1,63 +1,13 @@
 //! One error type per operation. Each says what went wrong in domain words and keeps the error
 //! that caused it as its `source`, so a log line shows the whole chain
 //! ([`crate::telemetry::Chain`]); the single mapping to HTTP status codes and bodies lives in
-//! `http::error`.
+//! `http::error`. The layers below raise their own (`StoreError`, `GateError`, `EventError`),
+//! which these wrap.
 
-use crate::domain::{Invalid, ReserveOutcome};
+use crate::domain::{Invalid, Reservation, ReserveOutcome};
 use crate::events::EventError;
 use crate::gate::GateError;
-use crate::tls::TlsError;
-
-/// Postgres failed: the caller may retry later (HTTP 503).
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("bad database configuration")]
-    Config(#[source] tokio_postgres::Error),
-    #[error("TLS to the database could not be set up")]
-    Tls(#[source] TlsError),
-    #[error("the database pool could not be built")]
-    Build(#[source] deadpool_postgres::BuildError),
-    /// Connecting failed: refused, unreachable, TLS handshake or login (the source says which).
-    #[error("could not connect to the database")]
-    Connect(#[source] tokio_postgres::Error),
-    /// No pooled connection within `DATABASE_TIMEOUT_MS` (all busy, or creating one hung).
-    #[error("no database connection")]
-    Pool(#[source] deadpool_postgres::PoolError),
-    #[error("database error")]
-    Postgres(#[from] tokio_postgres::Error),
-    /// Postgres raised an error for one change of a batch; the others went through.
-    #[error("database refused the change: {code}: {message}")]
-    Refused { code: String, message: String },
-    #[error("migration failed")]
-    Migration(#[source] refinery::Error),
-    /// The database records migrations that are not the shipped ones: it was migrated before
-    /// the schema's history was squashed into one baseline (docs/DEPLOY.md).
-    #[error(
-        "this database was migrated before the schema's baseline (V1__baseline): recreate it, \
-         see docs/DEPLOY.md"
-    )]
-    SchemaBeforeBaseline(#[source] refinery::Error),
-    /// The application role (`APP_DATABASE_SECRET_ARN`) was refused before any change to it:
-    /// a name that is not a plain identifier, or a role that would not be least-privilege.
-    #[error("application role {role:?}: {problem}")]
-    AppRole { role: String, problem: &'static str },
-    /// The one round trip of a batch of writes failed; every write of the batch fails with it.
-    #[error("the batch's write failed")]
-    Batch(#[source] std::sync::Arc<StoreError>),
-    #[error("database returned no row")]
-    NoRow,
-    #[error("database returned an unexpected outcome {0:?}")]
-    UnexpectedOutcome(String),
-}
-
-impl From<deadpool_postgres::PoolError> for StoreError {
-    fn from(e: deadpool_postgres::PoolError) -> Self {
-        match e {
-            deadpool_postgres::PoolError::Backend(e) => StoreError::Connect(e),
-            other => StoreError::Pool(other),
-        }
-    }
-}
+use crate::store::{Reserved, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CreateVoucherError {
@@ -146,6 +96,17 @@ impl ReserveError {
     pub fn refused(outcome: ReserveOutcome) -> ReserveError {
         ReserveError::refusal(outcome)
             .unwrap_or_else(|| StoreError::UnexpectedOutcome(outcome.as_str().into()).into())
+    }
+}
+
+impl ReserveError {
+    /// The operation's answer to what Postgres made of a reserve.
+    pub fn answer(stored: Reserved) -> Result<Reservation, ReserveError> {
+        match stored {
+            Ok(Ok(reservation)) => Ok(reservation),
+            Ok(Err(outcome)) => Err(ReserveError::refused(outcome)),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -312,29 +273,6 @@ impl From<FromGateError> for ReleaseError {
             FromGateError::Gate(e) => ReleaseError::Gate(e),
         }
     }
-}
-
-/// The sweep stops at a Postgres failure (the next run starts over); gate failures are counted
-/// in its report and skipped.
-#[derive(Debug, thiserror::Error)]
-pub enum SweepError {
-    #[error("the database is unavailable")]
-    Store(#[from] StoreError),
-    #[error("redis is unavailable")]
-    Gate(#[from] GateError),
-}
-
-/// Why one event could not be consumed.
-#[derive(Debug, thiserror::Error)]
-pub enum ConsumeError {
-    /// Will never succeed: the queue retries it, then moves it to the dead-letter queue.
-    #[error("poison message: {0}")]
-    Poison(String),
-    /// Shared: when the batch's one round trip fails, every event of the batch fails with it.
-    #[error("the database is unavailable")]
-    Store(#[source] std::sync::Arc<StoreError>),
-    #[error("panicked")]
-    Panicked,
 }
 
 /// Creating a campaign.
