@@ -2,7 +2,8 @@
 //!
 //! `serve` runs the whole HTTP API, the same router the Lambda functions mount; `migrate`
 //! applies the schema and exits; `sweep` runs the sweeper once; `warmup CODE` loads a flash-sale
-//! voucher into Redis.
+//! voucher into Redis; `openapi` prints the API's OpenAPI document (docs/openapi.json is its
+//! output).
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -37,11 +38,19 @@ enum Command {
         /// Voucher code (case-insensitive).
         code: String,
     },
+    /// Print the API's OpenAPI document, generated from the route table and the types
+    /// (`cargo run -- openapi > docs/openapi.json` writes the committed copy).
+    Openapi,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Command::Openapi = cli.command {
+        // Needs no settings and no service: the document is built from the code.
+        print!("{}", shared::http::openapi::json());
+        return Ok(());
+    }
     telemetry::init();
     let settings = Settings::load().await?;
     let app = App::new(&settings)?;
@@ -60,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
             let warmed = app.reservations().warm(&code).await.context("warm-up")?;
             println!("{}", serde_json::to_string(&warmed)?);
         }
+        Command::Openapi => unreachable!("printed above"),
         Command::Serve { host } => {
             // Before anything records: `GET /metrics` shows what this process saw.
             telemetry::prometheus::install();

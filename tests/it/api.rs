@@ -473,6 +473,22 @@ async fn postgres_refuses_what_would_over_allocate() {
     assert_eq!(app.counts("NET").await.used_count, 3);
 }
 
+/// The document served is the one generated from the code, which is the committed one.
+#[tokio::test]
+async fn the_server_serves_the_generated_openapi_document() {
+    let app = TestApp::spawn().await;
+    let (status, body) = app.openapi().await;
+    assert_eq!(status, StatusCode::OK);
+    let generated: Value = serde_json::from_str(shared::http::openapi::json()).unwrap();
+    assert_eq!(body, generated);
+    let committed: Value = serde_json::from_str(include_str!("../../docs/openapi.json")).unwrap();
+    assert_eq!(body, committed);
+    assert_eq!(
+        body["paths"]["/vouchers/{code}/reservations"]["post"]["operationId"],
+        "reserveVoucher"
+    );
+}
+
 #[tokio::test]
 async fn health_reports_its_dependencies() {
     let app = TestApp::spawn().await;

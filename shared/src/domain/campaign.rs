@@ -24,35 +24,67 @@ pub const CAMPAIGN_BODY_LIMIT: usize = 4 * 1024 * 1024;
 /// Most uses a campaign's total may allow (its codes' uses summed).
 pub const MAX_CAMPAIGN_TOTAL: i64 = 1_000_000_000_000;
 
-/// `POST /campaigns` body, as received.
-#[derive(Debug, Deserialize)]
+/// `POST /campaigns` body, as received. Exactly one of discountAmount and discountPercent;
+/// maxDiscountAmount only with discountPercent. Unknown fields are refused.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = CreateCampaign)]
 pub struct CreateCampaignRequest {
+    /// Fixed discount in minor units.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub discount_amount: Option<i64>,
+    /// Discount as a percentage of the order amount.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
     pub discount_percent: Option<i64>,
+    /// Cap on a percentage discount. null: no cap.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub max_discount_amount: Option<i64>,
+    /// Smallest order amount a code applies to.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64, default = 0)]
     pub min_order_amount: i64,
+    /// Start of the sale (RFC 3339; must be before endsAt).
     pub starts_at: DateTime<Utc>,
+    /// End of the sale (RFC 3339; must be after startsAt).
     pub ends_at: DateTime<Utc>,
+    /// true: every code is decided by the Redis gate, with the campaign's limits and budget
+    /// checked in the same script; the winners are written by group commit (consistency mode A)
+    /// or carried by events keyed by the campaign (mode B), and Postgres checks them again.
+    /// Never changes after creation.
     #[serde(default)]
+    #[schema(default = false)]
     pub flash_sale: bool,
+    /// false: paused, every code refuses reserves (INACTIVE).
     #[serde(default = "yes")]
+    #[schema(default = true)]
     pub active: bool,
+    /// How long a reservation holds its use before the sweeper releases it (1 s to 7 days).
     #[serde(default = "default_ttl")]
+    #[schema(minimum = 1, maximum = 604_800, default = 900)]
     pub reservation_ttl_seconds: i64,
-    /// An array of codes to import, or `{count, length, prefix, charset}` to generate.
+    /// Codes to import (1 to 100,000, each 1-32 of A-Z a-z 0-9 _ -, kept upper-case, none
+    /// twice) or a pattern to generate.
+    #[schema(schema_with = super::codes::codes_schema)]
     pub codes: serde_json::Value,
+    /// Uses each code allows at once.
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1_000_000_000, default = 1)]
     pub per_code_limit: i64,
+    /// Uses held at once over every code; none when absent or null.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub total_limit: Option<i64>,
+    /// Uses one customer may hold over every code; none when absent or null.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 2_147_483_647)]
     pub per_user_limit: Option<i64>,
+    /// The most the active uses of every code may take in discounts, summed; none when absent
+    /// or null.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub budget_amount: Option<i64>,
 }
 
@@ -160,22 +192,35 @@ pub fn campaign_id(raw: &str) -> Result<i64, Invalid> {
         .ok_or_else(|| Invalid::new("id", "must be a campaign id, an integer from 1"))
 }
 
-/// `PATCH /campaigns/{id}` body, as received: each field present is changed; `null` removes a
-/// limit or the budget.
-#[derive(Debug, Default, Deserialize)]
+/// `PATCH /campaigns/{id}` body, as received: each field present is changed; `null` removes
+/// totalLimit, perUserLimit or budgetAmount. Unknown fields are refused.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = UpdateCampaign)]
 pub struct PatchCampaignRequest {
+    /// false pauses every code; true resumes them.
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
     pub active: Option<bool>,
+    /// Start of the sale (RFC 3339; must be before endsAt).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
     pub starts_at: Option<DateTime<Utc>>,
+    /// End of the sale (RFC 3339; must be after startsAt).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
     pub ends_at: Option<DateTime<Utc>>,
+    /// Never below the uses held (409 LIMIT_BELOW_USED).
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub total_limit: Option<Option<i64>>,
+    /// A customer already above it keeps their uses and takes no more.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 2_147_483_647)]
     pub per_user_limit: Option<Option<i64>>,
+    /// Never below the discounts held (409 BUDGET_BELOW_USED).
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub budget_amount: Option<Option<i64>>,
 }
 
@@ -226,47 +271,72 @@ impl TryFrom<PatchCampaignRequest> for CampaignPatch {
 
 /// `GET /campaigns/{id}`, the 201 of `POST /campaigns`, the 200 of `PATCH` and each item of
 /// `GET /campaigns`.
-#[derive(Debug, Clone, Serialize)]
+///
+/// A campaign and its counters.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Campaign)]
 pub struct CampaignView {
+    /// Assigned by the service.
+    #[schema(minimum = 1)]
     pub id: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64, nullable = false)]
     pub discount_amount: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 100, nullable = false)]
     pub discount_percent: Option<i16>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64, nullable = false)]
     pub max_discount_amount: Option<i64>,
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub min_order_amount: i64,
     #[serde(with = "rfc3339_ms")]
+    #[schema(value_type = super::schema::Timestamp)]
     pub starts_at: DateTime<Utc>,
     #[serde(with = "rfc3339_ms")]
+    #[schema(value_type = super::schema::Timestamp)]
     pub ends_at: DateTime<Utc>,
     pub flash_sale: bool,
     pub active: bool,
+    #[schema(minimum = 1, maximum = 604_800)]
     pub reservation_ttl_seconds: i64,
+    #[schema(minimum = 1)]
     pub per_code_limit: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, nullable = false)]
     pub total_limit: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, nullable = false)]
     pub per_user_limit: Option<i64>,
+    #[schema(minimum = 0)]
     pub code_count: i64,
-    /// Active uses (RESERVED + CONFIRMED) over every code.
+    /// Uses held over every code: RESERVED + CONFIRMED.
+    #[schema(minimum = 0)]
     pub used_count: i64,
-    /// Mode B, a flash-sale campaign: uses its gate granted whose events have not reached
-    /// Postgres yet, counted in `used_count` already (their discounts are not in the budget's
-    /// figures until they land).
+    /// GET /campaigns/{id} only: uses a flash-sale campaign's gate granted whose events have
+    /// not reached Postgres yet (mode B); counted in usedCount already, and in the budget's
+    /// figures once they land. 0 for a standard campaign, and in the listing and the answers
+    /// of POST and PATCH, which show what Postgres holds.
+    #[schema(minimum = 0)]
     pub in_flight_count: i64,
+    /// The budget's three fields, at the top level, when the campaign has one.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
     pub budget: Option<Budget>,
     #[serde(with = "rfc3339_ms")]
+    #[schema(value_type = super::schema::Timestamp)]
     pub created_at: DateTime<Utc>,
 }
 
 /// An item of `GET /campaigns/{id}/codes`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CampaignCode)]
 pub struct CodeItem {
+    #[schema(value_type = super::schema::StoredCode)]
     pub code: String,
-    /// Active uses (RESERVED + CONFIRMED) of this code.
+    /// Uses held: RESERVED + CONFIRMED.
+    #[schema(minimum = 0)]
     pub used_count: i64,
 }

@@ -21,6 +21,66 @@ pub const MAX_IMPORTED: usize = 100_000;
 /// Without look-alikes: no 0/O, no 1/I.
 pub const DEFAULT_CHARSET: &str = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ";
 pub const DEFAULT_CODE_LENGTH: i64 = 12;
+/// The schema of `POST /campaigns`' `codes`: codes to import, or a [`PatternRequest`].
+pub(super) fn codes_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+    use utoipa::openapi::Ref;
+    let import = ArrayBuilder::new()
+        .items(Ref::from_schema_name("VoucherCode"))
+        .min_items(Some(1))
+        .max_items(Some(MAX_IMPORTED));
+    let pattern = ObjectBuilder::new()
+        .title(Some("CodePattern"))
+        .description(Some(
+            "Generate `count` codes: `prefix` then `length` characters of `charset`, \
+             cryptographically random, unique across every voucher and campaign. Refused (400) \
+             when `count` codes cannot be unique in that space.",
+        ))
+        .required("count")
+        .additional_properties(Some(
+            utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+        ))
+        .property(
+            "count",
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(MAX_GENERATED)),
+        )
+        .property(
+            "length",
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(32))
+                .description(Some(
+                    "Characters after the prefix; default 12 (less when the prefix leaves less \
+                     room: prefix and length make at most 32).",
+                )),
+        )
+        .property(
+            "prefix",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .max_length(Some(31))
+                .pattern(Some("^[A-Za-z0-9_-]*$"))
+                .description(Some("Kept upper-case.")),
+        )
+        .property(
+            "charset",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(2))
+                .max_length(Some(38))
+                .pattern(Some("^[A-Z0-9_-]+$"))
+                .description(Some(
+                    "Distinct characters; default 23456789ABCDEFGHJKLMNPQRSTUVWXYZ (no \
+                     look-alikes 0/O, 1/I).",
+                )),
+        );
+    OneOfBuilder::new().item(import).item(pattern).into()
+}
+
 /// `codes` when it asks for generated codes, as received.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -40,6 +40,7 @@ mod listing;
 mod outcome;
 mod patch;
 mod requests;
+pub mod schema;
 mod status;
 mod time;
 mod views;

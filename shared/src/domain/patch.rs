@@ -10,33 +10,62 @@ use super::voucher::in_range;
 use super::{amount, Discount, Invalid, VoucherRules, MAX_COUNTER_SLOTS, MAX_TOTAL_LIMIT};
 
 /// `PATCH /vouchers/{code}` body, as received: every field optional, none may be `null` but
-/// `maxDiscountAmount`, where `null` removes the cap (hence the double Option: absent, null, a
-/// value).
-#[derive(Debug, Default, Deserialize)]
+/// `maxDiscountAmount` and `budgetAmount`, where `null` removes the cap or the budget (hence the
+/// double Option: absent, null, a value). `{}` changes nothing; discountAmount and
+/// discountPercent together are refused.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = UpdateVoucher)]
 pub struct PatchVoucherRequest {
+    /// Most uses held at once (RESERVED + CONFIRMED); never below the uses held (409
+    /// LIMIT_BELOW_USED).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(minimum = 1, maximum = 1_000_000_000, nullable = false)]
     pub total_limit: Option<i64>,
+    /// Most uses one customer may hold.
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(minimum = 1, maximum = 2_147_483_647, nullable = false)]
     pub per_user_limit: Option<i64>,
+    /// Start of the sale (RFC 3339; must be before endsAt).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
     pub starts_at: Option<DateTime<Utc>>,
+    /// End of the sale (RFC 3339; must be after startsAt).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
     pub ends_at: Option<DateTime<Utc>>,
+    /// An inactive voucher refuses reserves and validations (422 NOT_ELIGIBLE, reason
+    /// INACTIVE).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
     pub active: Option<bool>,
+    /// Fixed discount in minor units (fixed-amount vouchers only).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64, nullable = false)]
     pub discount_amount: Option<i64>,
+    /// Discount as a percentage of the order amount (percentage vouchers only).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(minimum = 1, maximum = 100, nullable = false)]
     pub discount_percent: Option<i64>,
+    /// Cap on a percentage voucher's discount; null removes the cap.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub max_discount_amount: Option<Option<i64>>,
+    /// Smallest order amount the voucher applies to.
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64, nullable = false)]
     pub min_order_amount: Option<i64>,
+    /// Counter slots the limit is split into in the database, at most totalLimit. More slots
+    /// let more winners commit at once; a slot is removed only while it counts no use (409
+    /// SLOTS_IN_USE).
     #[serde(default, deserialize_with = "not_null")]
+    #[schema(minimum = 1, maximum = 64, nullable = false)]
     pub counter_slots: Option<i64>,
-    /// `null` removes the budget.
+    /// The money budget; null removes it. Never below the discounts held (409
+    /// BUDGET_BELOW_USED). A flash-sale voucher created without a budget cannot be given one
+    /// (400).
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub budget_amount: Option<Option<i64>>,
 }
 

@@ -5,12 +5,15 @@ use serde::Deserialize;
 
 use super::{amount, customer_id, Invalid, OrderId, VoucherCode};
 
-/// `POST /vouchers/{code}/reservations` body, as received.
-#[derive(Debug, Deserialize)]
+/// `POST /vouchers/{code}/reservations` body, as received. Unknown fields are ignored.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReserveRequest {
+    #[schema(value_type = super::schema::CustomerId)]
     pub customer_id: i64,
+    #[schema(value_type = OrderId)]
     pub order_id: String,
+    #[schema(value_type = super::schema::Amount)]
     pub order_amount: i64,
 }
 
@@ -34,11 +37,13 @@ impl Reserve {
     }
 }
 
-/// `POST /vouchers/{code}/validations` body, as received.
-#[derive(Debug, Deserialize)]
+/// `POST /vouchers/{code}/validations` body, as received. Unknown fields are ignored.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValidateRequest {
+    #[schema(value_type = super::schema::CustomerId)]
     pub customer_id: i64,
+    #[schema(value_type = super::schema::Amount)]
     pub order_amount: i64,
 }
 

@@ -4,8 +4,12 @@
 use serde::Serialize;
 
 /// Reservation status. Values are the lattice order stored in Postgres: it only grows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[schema(
+    as = ReservationStatus,
+    description = "Only moves forward: RESERVED -> CONFIRMED -> RELEASED."
+)]
 pub enum Status {
     Reserved = 1,
     Confirmed = 2,

@@ -22,36 +22,66 @@ pub fn counter_slots_for(total_limit: i64) -> i64 {
     (total_limit / 16).clamp(1, AUTO_COUNTER_SLOTS)
 }
 
-/// `POST /vouchers` body, as received.
-#[derive(Debug, Deserialize)]
+/// `POST /vouchers` body, as received. Exactly one of `discountAmount` and `discountPercent`;
+/// `maxDiscountAmount` only with `discountPercent`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = CreateVoucher)]
 pub struct CreateVoucherRequest {
+    /// Voucher code, case-insensitive; stored and returned upper-case.
+    #[schema(value_type = super::VoucherCode)]
     pub code: String,
-    /// A fixed discount; or `discount_percent` (with an optional `max_discount_amount`).
+    /// Fixed discount in minor units (a fixed-amount voucher).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub discount_amount: Option<i64>,
+    /// Discount as a percentage of the order amount (a percentage voucher).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
     pub discount_percent: Option<i64>,
+    /// Cap on a percentage voucher's discount, in minor units. null: no cap.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub max_discount_amount: Option<i64>,
+    /// Smallest order amount the voucher applies to.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64, default = 0)]
     pub min_order_amount: i64,
+    /// Most uses held at once (RESERVED + CONFIRMED).
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub total_limit: i64,
+    /// Most uses one customer may hold.
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 2_147_483_647, default = 1)]
     pub per_user_limit: i64,
+    /// Start of the sale (RFC 3339; must be before endsAt).
     pub starts_at: DateTime<Utc>,
+    /// End of the sale (RFC 3339; must be after startsAt).
     pub ends_at: DateTime<Utc>,
+    /// Flash-sale voucher: reserves go through the Redis gate.
     #[serde(default)]
+    #[schema(default = false)]
     pub flash_sale: bool,
+    /// An inactive voucher refuses reserves and validations (422 NOT_ELIGIBLE, reason
+    /// INACTIVE).
     #[serde(default = "yes")]
+    #[schema(default = true)]
     pub active: bool,
+    /// How long a reservation holds its use before the sweeper releases it (1 s to 7 days).
     #[serde(default = "default_ttl")]
+    #[schema(minimum = 1, maximum = 604_800, default = 900)]
     pub reservation_ttl_seconds: i64,
-    /// Counter slots the limit is split into; chosen from the limit when absent.
+    /// Counter slots the limit is split into in Postgres (1-64, at most totalLimit). Absent or
+    /// null: one per 16 uses, 1 to 32.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 64)]
     pub counter_slots: Option<i64>,
-    /// The most the voucher's active uses may take in discounts, summed; none when absent.
+    /// The most the voucher's active uses (RESERVED + CONFIRMED) may take in discounts,
+    /// summed, in minor units: a reserve whose discount is larger than what is left is refused
+    /// (409 BUDGET_EXHAUSTED). Absent or null: no budget. A flash-sale voucher's gate keeps it
+    /// too.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub budget_amount: Option<i64>,
 }
 

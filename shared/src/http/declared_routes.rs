@@ -1,9 +1,10 @@
-//! The routes are declared four times: [`ROUTES`] (what the router serves), the
-//! `cargo lambda watch` router in the root Cargo.toml, template.yaml (the functions' events,
-//! and the order service's routes in the API's own definition),
-//! and the published API, docs/openapi.json. These tests fail as soon as one of them disagrees
-//! with the others, and prove that every entry of the table reaches its handler in its own
-//! function's router.
+//! The routes are declared once, in [`ROUTES`] (what the router serves, and each route's
+//! operation in the OpenAPI document, which `openapi` generates from it). Deployment needs them
+//! in two more places that are not Rust: the `cargo lambda watch` router in the root Cargo.toml
+//! and template.yaml (the functions' events, and the order service's routes in the API's own
+//! definition). These tests fail as soon as one of those, or the committed docs/openapi.json,
+//! disagrees with the table, and prove that every entry of the table reaches its handler in
+//! its own function's router.
 
 use std::collections::BTreeSet;
 

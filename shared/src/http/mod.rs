@@ -22,6 +22,7 @@ mod declared_routes;
 pub mod error;
 mod extract;
 mod layer;
+pub mod openapi;
 mod reservations;
 mod service;
 mod vouchers;
@@ -32,6 +33,7 @@ use axum::middleware::{self};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, MethodRouter};
 use axum::Router;
+use utoipa::openapi::path::Operation;
 
 pub use self::access::Access;
 use crate::app::App;
@@ -39,11 +41,11 @@ pub use error::ApiError;
 pub use extract::{BodyDeadline, JsonBody, BODY_LIMIT, DRAIN_LIMIT};
 pub(crate) use layer::route_index;
 pub use layer::Outcome;
-pub use service::OPENAPI;
 
 use campaigns::*;
 use extract::*;
 use layer::*;
+use openapi::operations as api;
 use reservations::*;
 use service::*;
 use vouchers::*;
@@ -87,6 +89,9 @@ pub struct Route {
     /// which the local server checks with bearer tokens ([`access`]).
     pub access: Access,
     handler: fn() -> MethodRouter<App>,
+    /// Its operation in the OpenAPI document (`openapi`); None for the local server's own
+    /// pages, which are outside the API.
+    pub api: Option<fn() -> Operation>,
 }
 
 impl Route {
@@ -114,6 +119,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || get(health),
+        api: Some(api::get_health),
     },
     Route {
         method: "GET",
@@ -121,6 +127,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Live,
         access: Access::Open,
         handler: || get(live),
+        api: Some(api::get_liveness),
     },
     Route {
         method: "GET",
@@ -128,6 +135,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || get(openapi),
+        api: Some(api::get_open_api_document),
     },
     Route {
         method: "POST",
@@ -135,6 +143,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || post(create_voucher),
+        api: Some(api::create_voucher),
     },
     Route {
         method: "GET",
@@ -142,6 +151,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || get(list_vouchers),
+        api: Some(api::list_vouchers),
     },
     Route {
         method: "GET",
@@ -149,6 +159,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Both,
         handler: || get(get_voucher),
+        api: Some(api::get_voucher),
     },
     Route {
         method: "PATCH",
@@ -156,6 +167,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || patch(patch_voucher),
+        api: Some(api::update_voucher),
     },
     Route {
         method: "POST",
@@ -163,6 +175,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || post(warmup),
+        api: Some(api::warm_up_voucher),
     },
     Route {
         method: "POST",
@@ -170,6 +183,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || post(create_campaign),
+        api: Some(api::create_campaign),
     },
     Route {
         method: "GET",
@@ -177,6 +191,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || get(list_campaigns),
+        api: Some(api::list_campaigns),
     },
     Route {
         method: "GET",
@@ -184,6 +199,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || get(get_campaign),
+        api: Some(api::get_campaign),
     },
     Route {
         method: "PATCH",
@@ -191,6 +207,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || patch(patch_campaign),
+        api: Some(api::update_campaign),
     },
     Route {
         method: "GET",
@@ -198,6 +215,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || get(list_codes),
+        api: Some(api::list_campaign_codes),
     },
     Route {
         method: "POST",
@@ -205,6 +223,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Reserve,
         access: Access::OrderService,
         handler: || post(validate),
+        api: Some(api::validate_voucher),
     },
     Route {
         method: "POST",
@@ -212,6 +231,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Reserve,
         access: Access::OrderService,
         handler: || post(reserve),
+        api: Some(api::reserve_voucher),
     },
     Route {
         method: "GET",
@@ -219,6 +239,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Operators,
         handler: || get(list_reservations),
+        api: Some(api::list_reservations),
     },
     Route {
         method: "GET",
@@ -226,6 +247,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Admin,
         access: Access::Both,
         handler: || get(get_reservation),
+        api: Some(api::get_reservation),
     },
     Route {
         method: "DELETE",
@@ -233,6 +255,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Release,
         access: Access::OrderService,
         handler: || delete(release),
+        api: Some(api::release_reservation),
     },
     Route {
         method: "POST",
@@ -240,6 +263,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::Confirm,
         access: Access::OrderService,
         handler: || post(confirm),
+        api: Some(api::confirm_reservation),
     },
     // The local server's own pages (family `All`: no function serves them, and they are not
     // part of the API). In AWS the metrics leave through CloudWatch and the dashboard of
@@ -250,6 +274,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::All,
         access: Access::Operators,
         handler: || get(prometheus_metrics),
+        api: None,
     },
     Route {
         method: "GET",
@@ -257,6 +282,7 @@ pub const ROUTES: &[Route] = &[
         family: Routes::All,
         access: Access::Open,
         handler: || get(console),
+        api: None,
     },
 ];
 

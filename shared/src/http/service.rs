@@ -31,11 +31,12 @@ pub(super) async fn health(State(app): State<App>) -> Response {
     ok(status, outcome, Json(body))
 }
 
-/// The API's OpenAPI document (docs/openapi.json), as built into the binary.
-pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
-
+/// The API's OpenAPI document, generated from the route table and the types (`openapi`).
 pub(super) async fn openapi() -> Response {
-    let body = ([(header::CONTENT_TYPE, "application/json")], OPENAPI);
+    let body = (
+        [(header::CONTENT_TYPE, "application/json")],
+        super::openapi::json(),
+    );
     ok(StatusCode::OK, "OPENAPI", body)
 }
 

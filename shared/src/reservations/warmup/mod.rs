@@ -39,13 +39,15 @@ pub(super) const LOAD_LOCK_TTL: Duration = Duration::from_secs(5);
 pub(super) const MODE_A_GRACE: Duration = Duration::from_secs(1);
 
 /// What a warm-up found or did.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Warmed {
+    #[schema(value_type = crate::domain::schema::StoredCode)]
     pub code: String,
     /// True when this call loaded the voucher; false when it was loaded already.
     pub loaded_now: bool,
-    /// Uses left in the gate right after.
+    /// Uses left in the gate right after (null only if the gate lost the voucher in between).
+    #[schema(required = true)]
     pub remaining: Option<i64>,
 }
 
