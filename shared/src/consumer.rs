@@ -239,7 +239,7 @@ impl Consumer {
             .collect();
         let grants = match self.store.grants(&asked).await {
             Ok(grants) => grants,
-            // Deployed before `migrate` created the rules' history (V10): the events land
+            // Deployed before `migrate` created the rules' history: the events land
             // unchecked, as before this check existed, rather than fail until migrate runs.
             Err(e) if is_undefined_table(&e) => {
                 tracing::warn!(error = %Chain(&e), "events not checked: run migrate");

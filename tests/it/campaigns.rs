@@ -533,7 +533,7 @@ async fn bad_campaigns_and_changes_are_refused_naming_the_field() {
     assert_eq!(body["reason"], "NOT_STARTED", "{body}");
 }
 
-/// The Postgres backstop's gaps, closed by V22. On main: a campaign without a budget summed the
+/// The Postgres backstop's gaps, closed by `fg_campaign_budget_unused`. Before it: a campaign without a budget summed the
 /// discounts held without a bound, and one overflowed bigint failed every later use (503); the
 /// slot-caps check could be turned off for a voucher by marking its slots `campaign`; a
 /// negative discount was stored.

@@ -215,7 +215,7 @@ async fn the_service_runs_as_the_application_role_migrate_creates() {
         .get(0);
     assert!(sessions > 0, "the server holds no session as {role}");
 
-    // The database's statement timeout (V7) holds for it as for every login.
+    // The database's statement timeout (set by the baseline) holds for it as for every login.
     let session = connect_as(&app, role).await;
     let row = session
         .query_one(

@@ -5,7 +5,7 @@
 //! both from the same stored state. Every answer, every row (but the slot it took: the set-based
 //! path hands a batch's winners slot room in bulk) and every counter must be the same, and every
 //! slot's counters and every budget's must equal the rows they hold. The same again with the
-//! two vouchers the codes of one campaign (V18): the campaign's total, budget and per-user
+//! two vouchers the codes of one campaign: the campaign's total, budget and per-user
 //! counters too, and a campaign whose pause or window differs from its code rows' copies.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -301,7 +301,7 @@ async fn stored(db: &Client) -> Stored {
 
 /// Counters that are not the rows they count, one line each: none, whichever path wrote them.
 /// Slots: their uses and confirmed uses; budgets: the discounts of the active rows (a campaign
-/// without a budget keeps none: V22).
+/// without a budget keeps none).
 async fn counters_off(db: &Client) -> Vec<String> {
     let mut off = Vec::new();
     for query in [
@@ -552,9 +552,9 @@ fn set_based_batches_of_campaign_codes_answer_and_store_exactly_what_the_loop_do
     check(true, batches.boxed());
 }
 
-/// What the sweeper's expiries and mode B's events bring of a campaign's codes (V24): given-back
+/// What the sweeper's expiries and mode B's events bring of a campaign's codes: given-back
 /// uses, confirms, and new uses that may be revoked. The set-based path takes each batch whole,
-/// with the loop's answers and counters; until V24 one such change sent its batch to the loop.
+/// with the loop's answers and counters; before, one such change sent its batch to the loop.
 #[test]
 fn a_campaigns_expiries_confirms_and_events_take_the_set_based_path() {
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -56,7 +56,7 @@ pub struct CampaignGateSource {
     pub budget_amount: Option<i64>,
     /// The budget less the discounts held (None: no budget).
     pub budget_left: Option<i64>,
-    /// May the gate hold it already (V19)?
+    /// May the gate hold it already (`campaign.gate_loaded`)?
     pub gate_loaded: bool,
     /// Each customer's active uses over the campaign.
     pub users: Vec<(i64, i32)>,
@@ -280,7 +280,7 @@ impl Store {
         .await
     }
 
-    /// Marks the campaign as one the gate may hold, before it is loaded (V19).
+    /// Marks the campaign as one the gate may hold, before it is loaded.
     pub async fn mark_campaign_gate_loaded(&self, id: i64) -> Result<(), StoreError> {
         self.gate_flag(
             "UPDATE campaign SET gate_loaded = true WHERE id = $1 AND NOT gate_loaded",

@@ -73,7 +73,7 @@ impl Store {
                 .await?
                 .query_typed(
                     // A campaign's code is granted under its campaign's rules and version
-                    // (the campaign's history is `campaign_rules`, V20).
+                    // (the campaign's history is `campaign_rules`).
                     "SELECT v.code, NULL::int8 AS campaign_id, v.version, v.discount_amount,
                             v.discount_percent, v.max_discount_amount, v.min_order_amount,
                             v.starts_at, v.ends_at, v.active, v.reservation_ttl_seconds,

@@ -329,7 +329,7 @@ fn merged(row: &Row) -> Result<Merged, StoreError> {
 }
 
 /// Runs a batch on the set-based path, and when that raised (a batch whose changes depend on
-/// one another's order, a refusal, a bad change, a deadlock: see migration V14), so that
+/// one another's order, a refusal, a bad change, a deadlock: see `sql/functions/fg_merge_batch.sql`), so that
 /// nothing was written, again through the loop, each change in a savepoint of its own. Doing
 /// the fallback here rather than in an EXCEPTION block in SQL spares every batch a
 /// subtransaction (about a millisecond a batch, measured).

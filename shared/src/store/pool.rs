@@ -114,7 +114,7 @@ impl Store {
     pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
         let mut client = self.client().await?;
         client
-            // The database's statement_timeout (V7) is for the service's queries: a migration
+            // The database's statement_timeout (set by the baseline) is for the service's queries: a migration
             // may rewrite a large table, and waiting for another migrator's lock is expected.
             .batch_execute(&format!(
                 "SET statement_timeout = 0; SELECT pg_advisory_lock({MIGRATION_LOCK})"

@@ -20,10 +20,11 @@ use tokio_postgres::types::Type;
 use super::StoreError;
 use crate::config::DatabaseCredentials;
 
-/// The tables the service deletes rows from: customer counters back at zero (the V12 and V17
-/// triggers run as the caller), rules no event can still need (the sweeper, both tables) and counter slots a
-/// change of `counterSlots` removes (`fg_change_slots`, V15, which runs as the caller). Every other
-/// table is only read, inserted and updated.
+/// The tables the service deletes rows from: customer counters back at zero (the triggers
+/// `fg_forget_idle_customer` and `fg_forget_idle_campaign_customer` run as the caller), rules no
+/// event can still need (the sweeper, both tables) and counter slots a change of
+/// `counterSlots` removes (`fg_change_slots`, which runs as the caller). Every other table is
+/// only read, inserted and updated.
 pub const DELETES_FROM: &[&str] = &[
     "campaign_customer",
     "campaign_rules",

@@ -88,7 +88,7 @@ impl Store {
                 .query_typed(
                     // A flash campaign's code row says flash_sale = false: its campaign says
                     // it. Each read by key, in scalar subqueries: no join for the planner to
-                    // turn into a walk of the campaigns' codes' partial index (see V18).
+                    // turn into a walk of the campaigns' codes' partial index (`voucher_by_campaign`).
                     "SELECT e.voucher_code, e.order_id, e.customer_id,
                             e.flash_sale OR f.campaign IS NOT NULL AS flash_sale, f.campaign
                        FROM fg_expire($1, $2) e,

@@ -58,7 +58,7 @@ pub enum PatchOutcome {
 /// million uses as after none.
 ///
 /// A campaign's code shows its campaign's window and pause, which are the ones that count, and
-/// is flash-sale when its campaign is (its own row says false: see V19).
+/// is flash-sale when its campaign is (its own row says false).
 const VOUCHER_VIEW: &str = "
     SELECT v.code, v.discount_amount, v.discount_percent, v.max_discount_amount,
            v.min_order_amount, v.total_limit, v.per_user_limit,

@@ -183,7 +183,7 @@ impl Sweeper {
             .await
         {
             Ok(n) => n,
-            // Deployed before `migrate` created the table (V10): nothing to forget yet.
+            // Deployed before `migrate` created the table: nothing to forget yet.
             Err(e) if crate::store::is_undefined_table(&e) => 0,
             Err(e) => return Err(e.into()),
         };

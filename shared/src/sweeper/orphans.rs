@@ -87,7 +87,7 @@ impl Sweeper {
         // from the gate's entry may have written the row in between. RELEASED is above
         // CONFIRMED in the lattice, so a merge would take a paid order's use back.
         let merged = match self.store.recover_orphan(&merge).await {
-            // Deployed before `migrate` (V21): no tombstone until it ran. The orphan stays
+            // Deployed before `migrate` created `fg_recover_orphan`: no tombstone until it ran. The orphan stays
             // pending, its use held: under-allocation for a while, never a confirm overridden.
             Err(e) if crate::store::is_undefined_function(&e) => {
                 tracing::warn!(
