@@ -2,7 +2,8 @@
 # Two builds of `flashgate` side by side in one run, with wrk: what a change costs on the hot
 # paths. For each build, in turns (A B B A, so that a drift of the machine during the run
 # weighs on both alike): the `/health/live` ceiling, all-winners reserves on a flash voucher
-# and on a standard one, reserves on a sold-out flash voucher, and (`flash@kafka`, only when
+# and on a standard one, reserves on a sold-out flash voucher, (`unknown`, only when CASES names
+# it) reserves of codes that do not exist, and (`flash@kafka`, only when
 # CASES names it) all-winners reserves on a flash voucher in mode B on the local Kafka broker,
 # each build with a consumer of its own in its process. CASES picks some of them. Each turn
 # also says the CPU Postgres and Redis spent per request (their processes' ticks); a mode-B
@@ -76,6 +77,11 @@ measure() { # NAME PORT CASE: req/s, p99, and Postgres and Redis CPU per request
       code=S$run$1$RANDOM
       voucher "$2" "$code" 1
       out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s loadtest/wrk/all-winners.lua "http://127.0.0.1:$2" -- "$code")
+      ;;
+    unknown)
+      # Codes that do not exist, from a pool of 1,000 (a bot's list): Postgres answers each once
+      # per UNKNOWN_CODE_CACHE_MS in a build that keeps them.
+      out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s loadtest/wrk/unknown-codes.lua "http://127.0.0.1:$2" -- "U$run$1" 1000)
       ;;
     flash@kafka)
       code=K$run$1$RANDOM

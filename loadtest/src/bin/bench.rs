@@ -147,6 +147,8 @@ async fn main() -> anyhow::Result<()> {
         app.reservations()
             .create_voucher(&NewVoucher {
                 code: code.clone(),
+                name: None,
+                metadata: Default::default(),
                 rules: VoucherRules {
                     discount: Discount::Fixed(100_000),
                     min_order_amount: 0,

@@ -185,6 +185,8 @@ async fn one_sale(args: &Args, app: &App, i: usize) -> anyhow::Result<Sale> {
     reservations
         .create_voucher(&NewVoucher {
             code: code.clone(),
+            name: None,
+            metadata: Default::default(),
             rules: VoucherRules {
                 discount: Discount::Fixed(1_000),
                 min_order_amount: 0,

@@ -138,6 +138,11 @@ impl Settings {
                 warmup_lead: Duration::from_secs(parse(&get, "WARMUP_LEAD_SECONDS", 600)?),
                 group_commit_max: parse(&get, "GROUP_COMMIT_MAX", 64)?,
                 group_commit_writers: parse(&get, "GROUP_COMMIT_WRITERS", 1)?,
+                unknown_code_ttl: Duration::from_millis(parse(
+                    &get,
+                    "UNKNOWN_CODE_CACHE_MS",
+                    1000,
+                )?),
             },
             sweep: SweepSettings {
                 interval: Duration::from_secs(parse(&get, "SWEEP_INTERVAL_SECONDS", 60)?),

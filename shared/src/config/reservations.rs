@@ -1,4 +1,5 @@
-//! `reservations`: the reservation service's own settings (sold-out cache, warm-up, group commit).
+//! `reservations`: the reservation service's own settings (sold-out cache, unknown codes,
+//! warm-up, group commit).
 
 use std::time::Duration;
 
@@ -16,4 +17,8 @@ pub struct ReservationSettings {
     pub group_commit_max: usize,
     /// `GROUP_COMMIT_WRITERS`: group-commit batches in flight at once.
     pub group_commit_writers: usize,
+    /// `UNKNOWN_CODE_CACHE_MS`: how long a process answers 404 from memory for a code Postgres
+    /// said does not exist (0: never). A code created in another process is answered 404 here
+    /// for at most this long after its creation.
+    pub unknown_code_ttl: Duration,
 }

@@ -86,6 +86,13 @@ pub struct CreateCampaignRequest {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub budget_amount: Option<i64>,
+    /// What the operator calls it: 1-200 characters.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200)]
+    pub name: Option<String>,
+    /// Keys of your own: at most 50, each up to 40 characters, with string values up to 500.
+    #[serde(default)]
+    pub metadata: Option<std::collections::BTreeMap<String, String>>,
 }
 
 fn one() -> i64 {
@@ -124,6 +131,8 @@ pub struct CampaignRules {
 /// A campaign that passed every rule; only this can be stored.
 #[derive(Debug, Clone)]
 pub struct NewCampaign {
+    pub name: Option<String>,
+    pub metadata: super::Metadata,
     pub rules: CampaignRules,
     pub codes: NewCodes,
 }
@@ -167,6 +176,8 @@ impl TryFrom<CreateCampaignRequest> for NewCampaign {
                 .transpose()?,
         };
         Ok(NewCampaign {
+            name: r.name.map(super::description::name).transpose()?,
+            metadata: super::description::metadata(r.metadata.unwrap_or_default())?,
             rules,
             codes: NewCodes::parse(r.codes)?,
         })
@@ -222,6 +233,15 @@ pub struct PatchCampaignRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub budget_amount: Option<Option<i64>>,
+    /// What the operator calls it: 1-200 characters; null removes the name.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 200)]
+    pub name: Option<Option<String>>,
+    /// Merged key by key: a key with a string is written, a key with null removed. At most 50
+    /// keys after the merge (400 naming metadata), each up to 40 characters, values up to 500.
+    #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
+    pub metadata: Option<std::collections::BTreeMap<String, Option<String>>>,
 }
 
 /// A checked campaign change: None keeps a value, Some(None) removes a limit.
@@ -233,6 +253,20 @@ pub struct CampaignPatch {
     pub total_limit: Option<Option<i64>>,
     pub per_user_limit: Option<Option<i32>>,
     pub budget_amount: Option<Option<i64>>,
+    /// Name and metadata: no rule of the sale.
+    pub description: super::Description,
+}
+
+impl CampaignPatch {
+    /// Changes a rule, a limit or the budget (not only the name and metadata).
+    pub fn changes_rules(&self) -> bool {
+        self.active.is_some()
+            || self.starts_at.is_some()
+            || self.ends_at.is_some()
+            || self.total_limit.is_some()
+            || self.per_user_limit.is_some()
+            || self.budget_amount.is_some()
+    }
 }
 
 impl TryFrom<PatchCampaignRequest> for CampaignPatch {
@@ -265,6 +299,7 @@ impl TryFrom<PatchCampaignRequest> for CampaignPatch {
                 .budget_amount
                 .map(|b| b.map(|b| amount("budgetAmount", b)).transpose())
                 .transpose()?,
+            description: super::Description::parse(r.name, r.metadata)?,
         })
     }
 }
@@ -327,6 +362,11 @@ pub struct CampaignView {
     #[serde(with = "rfc3339_ms")]
     #[schema(value_type = super::schema::Timestamp)]
     pub created_at: DateTime<Utc>,
+    /// What the operator calls it; null when unnamed.
+    #[schema(required = true)]
+    pub name: Option<String>,
+    /// Keys of the operator's own (`{}` when none).
+    pub metadata: super::Metadata,
 }
 
 /// An item of `GET /campaigns/{id}/codes`.

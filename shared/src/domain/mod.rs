@@ -32,6 +32,7 @@
 mod amounts;
 mod campaign;
 mod codes;
+mod description;
 mod discount;
 mod grant;
 mod ids;
@@ -52,6 +53,7 @@ pub use campaign::{
     CreateCampaignRequest, NewCampaign, PatchCampaignRequest, CAMPAIGN_BODY_LIMIT,
 };
 pub use codes::{CodePattern, CodeRng, NewCodes, DEFAULT_CHARSET, MAX_GENERATED, MAX_IMPORTED};
+pub use description::{Description, Metadata, MAX_METADATA_KEYS};
 pub use discount::Discount;
 pub use grant::{Claim, GrantRules};
 pub use ids::{customer_id, OrderId, VoucherCode};

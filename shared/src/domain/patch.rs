@@ -67,6 +67,15 @@ pub struct PatchVoucherRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub budget_amount: Option<Option<i64>>,
+    /// What the operator calls it: 1-200 characters; null removes the name.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 200)]
+    pub name: Option<Option<String>>,
+    /// Merged key by key: a key with a string is written, a key with null removed. At most 50
+    /// keys after the merge (400 naming metadata), each up to 40 characters, values up to 500.
+    #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
+    pub metadata: Option<std::collections::BTreeMap<String, Option<String>>>,
 }
 
 /// A field that is present must hold a value (absent is `None`; `null` is refused).
@@ -105,6 +114,8 @@ pub struct VoucherPatch {
     pub counter_slots: Option<i16>,
     /// Some(None) removes the budget.
     pub budget_amount: Option<Option<i64>>,
+    /// Name and metadata: no rule of the sale.
+    pub description: super::Description,
 }
 
 impl TryFrom<PatchVoucherRequest> for VoucherPatch {
@@ -150,6 +161,7 @@ impl TryFrom<PatchVoucherRequest> for VoucherPatch {
                 .budget_amount
                 .map(|b| b.map(|b| amount("budgetAmount", b)).transpose())
                 .transpose()?,
+            description: super::Description::parse(r.name, r.metadata)?,
         })
     }
 }

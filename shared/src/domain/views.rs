@@ -85,6 +85,11 @@ pub struct VoucherView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, nullable = false)]
     pub campaign_id: Option<i64>,
+    /// What the operator calls it; null when unnamed.
+    #[schema(required = true)]
+    pub name: Option<String>,
+    /// Keys of the operator's own (`{}` when none).
+    pub metadata: super::Metadata,
 }
 
 /// A voucher's or campaign's money budget: at most `budget_amount` in discounts over its

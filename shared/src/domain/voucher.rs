@@ -83,6 +83,13 @@ pub struct CreateVoucherRequest {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub budget_amount: Option<i64>,
+    /// What the operator calls it: 1-200 characters.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200)]
+    pub name: Option<String>,
+    /// Keys of your own: at most 50, each up to 40 characters, with string values up to 500.
+    #[serde(default)]
+    pub metadata: Option<std::collections::BTreeMap<String, String>>,
 }
 
 fn one() -> i64 {
@@ -139,6 +146,8 @@ pub struct VoucherRules {
 #[derive(Debug, Clone)]
 pub struct NewVoucher {
     pub code: VoucherCode,
+    pub name: Option<String>,
+    pub metadata: super::Metadata,
     pub rules: VoucherRules,
     pub flash_sale: bool,
     pub reservation_ttl_seconds: i32,
@@ -174,6 +183,8 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
             .transpose()?;
         Ok(NewVoucher {
             code,
+            name: r.name.map(super::description::name).transpose()?,
+            metadata: super::description::metadata(r.metadata.unwrap_or_default())?,
             rules: VoucherRules {
                 discount,
                 min_order_amount: amount("minOrderAmount", r.min_order_amount)?,
@@ -226,6 +237,8 @@ mod tests {
             reservation_ttl_seconds: 900,
             counter_slots: None,
             budget_amount: None,
+            name: None,
+            metadata: None,
         };
         assert!(NewVoucher::try_from(base()).is_ok());
         let field = |r: CreateVoucherRequest| NewVoucher::try_from(r).unwrap_err().field;

@@ -12,7 +12,9 @@ use crate::domain::{
 use crate::gate::{BudgetStep, GateMeta, Patched, Unit};
 use crate::reservations::error::{CampaignError, CreateCampaignError};
 use crate::store::StoreError;
-use crate::store::{CampaignCreated, CampaignGateSource, CampaignPatched};
+use crate::store::{
+    CampaignCreated, CampaignGateSource, CampaignPatched, DescribeOutcome, Described,
+};
 use crate::telemetry::Chain;
 
 impl Reservations {
@@ -20,8 +22,12 @@ impl Reservations {
         &self,
         c: &NewCampaign,
     ) -> Result<CampaignView, CreateCampaignError> {
-        let view = match self.store.create_campaign(c).await? {
-            CampaignCreated::Created(view) => view,
+        let created = self.store.create_campaign(c).await?;
+        // Its codes are known here from now on (and so may others be: a refused import tried
+        // codes that exist).
+        self.known.created_many();
+        let view = match created {
+            CampaignCreated::Created(view) => *view,
             CampaignCreated::CodeTaken(code) => return Err(CreateCampaignError::CodeExists(code)),
             CampaignCreated::CodesExhausted(n) => {
                 return Err(CreateCampaignError::CodesExhausted(n))
@@ -96,6 +102,24 @@ impl Reservations {
         id: i64,
         patch: &CampaignPatch,
     ) -> Result<CampaignView, CampaignError> {
+        if !patch.changes_rules() {
+            // The name and metadata alone: no gate step, no new version of the rules.
+            return match self
+                .store
+                .describe(Described::Campaign(id), &patch.description)
+                .await?
+            {
+                // What Postgres holds, as every PATCH answers.
+                DescribeOutcome::Applied => self
+                    .store
+                    .campaign(id, &[])
+                    .await?
+                    .map(|(view, _)| view)
+                    .ok_or(CampaignError::NotFound(id)),
+                DescribeOutcome::NotFound => Err(CampaignError::NotFound(id)),
+                DescribeOutcome::TooManyKeys => Err(super::patch::too_many_keys().into()),
+            };
+        }
         let state = self.campaign_state(id).await?;
         if !state.flash_sale {
             return patched(id, self.store.patch_campaign(id, patch).await?);
@@ -256,12 +280,13 @@ pub fn campaign_meta(source: &CampaignGateSource, version: i64) -> GateMeta {
 /// The operation's answer to what Postgres made of a campaign's change.
 fn patched(id: i64, outcome: CampaignPatched) -> Result<CampaignView, CampaignError> {
     match outcome {
-        CampaignPatched::Patched(view) => Ok(view),
+        CampaignPatched::Patched(view) => Ok(*view),
         CampaignPatched::NotFound => Err(CampaignError::NotFound(id)),
         CampaignPatched::LimitBelowUsed(detail) => Err(CampaignError::LimitBelowUsed(detail)),
         CampaignPatched::BudgetBelowUsed(detail) => Err(CampaignError::BudgetBelowUsed(detail)),
         CampaignPatched::WindowInverted(detail) => {
             Err(Invalid::new("endsAt", format!("must be after startsAt: {detail}")).into())
         }
+        CampaignPatched::TooManyKeys => Err(super::patch::too_many_keys().into()),
     }
 }

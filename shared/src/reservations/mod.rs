@@ -12,12 +12,12 @@ mod campaigns;
 pub mod error;
 mod flash;
 mod group_commit;
+mod known;
 mod patch;
 mod sold_out;
 mod warmup;
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use chrono::Utc;
 
@@ -38,10 +38,8 @@ use crate::store::{Store, VoucherKind};
 pub use campaigns::campaign_meta;
 use flash::Flash;
 use group_commit::GroupCommit;
+use known::{Known, Seen};
 pub use warmup::{Warmed, Warmup};
-
-/// Most voucher kinds a process keeps (about 100 bytes each).
-const KINDS_KEPT: usize = 100_000;
 
 /// The clients the reservation service runs on, built once per process (see `App::new`).
 #[derive(Clone)]
@@ -60,9 +58,8 @@ pub struct Reservations {
     writes: GroupCommit,
     flash: Flash,
     warmup: Warmup,
-    /// A voucher's kind never changes after creation, so only a process's first request for a
-    /// code reads it from Postgres. At most [`KINDS_KEPT`] codes: campaigns bring millions.
-    kinds: Arc<RwLock<HashMap<String, VoucherKind>>>,
+    /// Codes' kinds, and for a moment the codes that do not exist (`known`).
+    known: Known,
 }
 
 impl Reservations {
@@ -90,7 +87,7 @@ impl Reservations {
             store: parts.store,
             gate: parts.gate,
             warmup,
-            kinds: Arc::default(),
+            known: Known::new(settings.unknown_code_ttl),
         }
     }
 
@@ -100,11 +97,10 @@ impl Reservations {
     }
 
     pub async fn create_voucher(&self, v: &NewVoucher) -> Result<VoucherView, CreateVoucherError> {
-        let view = self
-            .store
-            .create_voucher(v)
-            .await?
-            .ok_or_else(|| CreateVoucherError::Exists(v.code.as_str().to_owned()))?;
+        let created = self.store.create_voucher(v).await?;
+        // Known here from now on, whoever created it.
+        self.known.created(&v.code);
+        let view = created.ok_or_else(|| CreateVoucherError::Exists(v.code.as_str().to_owned()))?;
         if v.flash_sale && self.warmup.is_due(v.rules.starts_at, Utc::now()) {
             // Best effort: a voucher not loaded now is loaded on first use.
             if let Err(e) = self.warmup.warm(&v.code).await {
@@ -117,7 +113,7 @@ impl Reservations {
     /// The voucher as Postgres has it; in mode B, a flash voucher's uses whose events are still
     /// on their way count too (as reserved), so the view agrees with the 201s given.
     pub async fn voucher(&self, code: &VoucherCode) -> Result<VoucherView, GetVoucherError> {
-        let pending = match self.kind(code).await? {
+        let pending = match self.kind_fresh(code).await? {
             Some(kind) if kind.flash_sale => {
                 let place = Place::of(code, kind.flash_campaign());
                 self.flash.pending(place.unit).await
@@ -157,7 +153,10 @@ impl Reservations {
         if !self.flash.mode_b() {
             return Err(GetReservationError::NotFound);
         }
-        let campaign = self.kind(code).await?.and_then(|k| k.flash_campaign());
+        let campaign = self
+            .kind_fresh(code)
+            .await?
+            .and_then(|k| k.flash_campaign());
         match self.flash.held_in_gate(code, campaign, order_id).await? {
             Some(held) => Ok(held),
             // Not held: the event may have landed while we looked at the gate.
@@ -220,20 +219,29 @@ impl Reservations {
     }
 
     /// Is this voucher decided by the gate? Cached for good (it never changes).
+    /// The code's kind, for a reserve or validation: a code found unknown a moment ago is
+    /// answered from memory (`known`).
     async fn kind(&self, code: &VoucherCode) -> Result<Option<VoucherKind>, StoreError> {
-        // A std lock: held for one map access, never across an await.
-        if let Some(&kind) = self.kinds.read().unwrap().get(code.as_str()) {
-            return Ok(Some(kind));
-        }
+        self.kind_as(code, true).await
+    }
+
+    /// The code's kind, for an operation on an order or a read: "unknown" is asked again.
+    async fn kind_fresh(&self, code: &VoucherCode) -> Result<Option<VoucherKind>, StoreError> {
+        self.kind_as(code, false).await
+    }
+
+    async fn kind_as(
+        &self,
+        code: &VoucherCode,
+        trust_unknown: bool,
+    ) -> Result<Option<VoucherKind>, StoreError> {
+        let epoch = match self.known.seen(code, trust_unknown) {
+            Seen::Kind(kind) => return Ok(Some(kind)),
+            Seen::Unknown => return Ok(None),
+            Seen::Ask { epoch } => epoch,
+        };
         let found = self.store.kind(code).await?;
-        if let Some(kind) = found {
-            let mut kinds = self.kinds.write().unwrap();
-            // Forgetting them all is one allocation's work and costs each code one more read.
-            if kinds.len() >= KINDS_KEPT {
-                kinds.clear();
-            }
-            kinds.insert(code.as_str().to_owned(), kind);
-        }
+        self.known.learn(code, epoch, found);
         Ok(found)
     }
 
@@ -258,7 +266,9 @@ impl Reservations {
                 .flash
                 .merge_from_gate(
                     code,
-                    self.kind(code).await?.and_then(|k| k.flash_campaign()),
+                    self.kind_fresh(code)
+                        .await?
+                        .and_then(|k| k.flash_campaign()),
                     order_id,
                     Status::Confirmed,
                 )
@@ -292,7 +302,10 @@ impl Reservations {
     ) -> Result<(), ReleaseError> {
         // Read before anything is written (it is cached): a release Postgres took must not
         // answer an error for want of it.
-        let campaign = self.kind(code).await?.and_then(|k| k.flash_campaign());
+        let campaign = self
+            .kind_fresh(code)
+            .await?
+            .and_then(|k| k.flash_campaign());
         let merged = match self.store.release(code, order_id).await? {
             Some(merged) => merged,
             // Mode B: released before its reserved event landed.
@@ -318,7 +331,11 @@ impl Reservations {
     /// Loads a flash voucher into the gate unless it is loaded (see [`Warmup::warm`]); a flash
     /// campaign's code loads its campaign's gate, shared by all its codes.
     pub async fn warm(&self, code: &VoucherCode) -> Result<Warmed, WarmupError> {
-        let Some(id) = self.kind(code).await?.and_then(|k| k.flash_campaign()) else {
+        let Some(id) = self
+            .kind_fresh(code)
+            .await?
+            .and_then(|k| k.flash_campaign())
+        else {
             return self.warmup.warm(code).await;
         };
         let loaded_now = self.warmup.warm_campaign(id).await?;

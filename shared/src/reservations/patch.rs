@@ -26,10 +26,12 @@
 use std::time::{Duration, Instant};
 
 use super::Reservations;
-use crate::domain::{flash_budget, VoucherCode, VoucherPatch, VoucherView};
+use crate::domain::{
+    flash_budget, Invalid, VoucherCode, VoucherPatch, VoucherView, MAX_METADATA_KEYS,
+};
 use crate::gate::{BudgetStep, GateError, GateMeta, Patched, Unit};
 use crate::reservations::error::PatchVoucherError;
-use crate::store::{PatchOutcome, VoucherState};
+use crate::store::{DescribeOutcome, Described, PatchOutcome, VoucherState};
 use crate::telemetry::Chain;
 
 /// The gate lock's life when a change holds it: far beyond the few round trips a change takes,
@@ -72,6 +74,24 @@ impl Reservations {
         Err(PatchVoucherError::Busy)
     }
 
+    /// No rule changes: the name and metadata, if the patch has any, are written alone (no
+    /// gate step, no new version of the rules).
+    async fn describe_only(
+        &self,
+        code: &VoucherCode,
+        patch: &VoucherPatch,
+    ) -> Result<bool, PatchVoucherError> {
+        match self
+            .store
+            .describe(Described::Voucher(code), &patch.description)
+            .await?
+        {
+            DescribeOutcome::Applied => Ok(true),
+            DescribeOutcome::NotFound => Err(PatchVoucherError::NotFound(code.as_str().to_owned())),
+            DescribeOutcome::TooManyKeys => Err(too_many_keys().into()),
+        }
+    }
+
     async fn state(&self, code: &VoucherCode) -> Result<VoucherState, PatchVoucherError> {
         self.store
             .voucher_state(code)
@@ -89,12 +109,12 @@ impl Reservations {
         let next = patch.apply(&state.rules)?;
         let slots = patch.slots(state.counter_slots, &next)?;
         if next == state.rules && slots.is_none() {
-            return Ok(true);
+            return self.describe_only(code, patch).await;
         }
         Ok(written(
             code,
             self.store
-                .patch_voucher(code, state.version, &next, slots)
+                .patch_voucher(code, state.version, &next, slots, &patch.description)
                 .await?,
         )?
         .is_some())
@@ -168,7 +188,7 @@ impl Reservations {
         };
         let slots = patch.slots(state.counter_slots, &next)?;
         if next == state.rules && slots.is_none() {
-            return Ok(true);
+            return self.describe_only(code, patch).await;
         }
         let ttl = state.reservation_ttl_seconds;
         let old = GateMeta::of(&state.rules, ttl, state.version);
@@ -202,7 +222,7 @@ impl Reservations {
         // 2. Postgres.
         let version = match self
             .store
-            .patch_voucher(code, state.version, &next, slots)
+            .patch_voucher(code, state.version, &next, slots, &patch.description)
             .await
         {
             Ok(outcome) => match written(code, outcome) {
@@ -276,5 +296,14 @@ fn written(code: &VoucherCode, outcome: PatchOutcome) -> Result<Option<i64>, Pat
         PatchOutcome::BudgetBelowUsed(detail) => Err(PatchVoucherError::BudgetBelowUsed(format!(
             "below the discounts held ({detail})"
         ))),
+        PatchOutcome::TooManyKeys => Err(too_many_keys().into()),
     }
+}
+
+/// The merge of a PATCH's metadata into what is stored would leave too many keys.
+pub(super) fn too_many_keys() -> Invalid {
+    Invalid::new(
+        "metadata",
+        format!("at most {MAX_METADATA_KEYS} keys once merged with the stored ones"),
+    )
 }

@@ -11,6 +11,7 @@ use std::collections::HashSet;
 
 use tokio_postgres::types::Type;
 
+use super::descriptions::{describe_in, DescribeOutcome, Described};
 use super::rows::page_next;
 use super::Store;
 use super::StoreError;
@@ -50,7 +51,7 @@ const CAMPAIGN_VIEW: &str = "
     SELECT g.id, g.discount_amount, g.discount_percent, g.max_discount_amount,
            g.min_order_amount, g.starts_at, g.ends_at, g.active, g.reservation_ttl_seconds,
            g.per_code_limit, g.per_user_limit, g.code_count, g.created_at, g.flash_sale,
-           k.total_limit, k.used, k.budget_amount, k.budget_used
+           g.name, g.metadata::text AS metadata, k.total_limit, k.used, k.budget_amount, k.budget_used
       FROM campaign g JOIN campaign_counter k ON k.campaign_id = g.id";
 
 fn campaign_view(row: &tokio_postgres::Row) -> CampaignView {
@@ -80,13 +81,15 @@ fn campaign_view(row: &tokio_postgres::Row) -> CampaignView {
         in_flight_count: 0,
         budget: budget_amount.map(|amount| Budget::of(amount, row.get("budget_used"))),
         created_at: row.get("created_at"),
+        name: row.get("name"),
+        metadata: super::descriptions::metadata_of(row).unwrap_or_default(),
     }
 }
 
 /// What creating a campaign came to. Refused: nothing was written.
 #[derive(Debug)]
 pub enum CampaignCreated {
-    Created(CampaignView),
+    Created(Box<CampaignView>),
     /// An imported code is a voucher's or another campaign's already.
     CodeTaken(String),
     /// Generated codes kept meeting existing ones: this many could not be drawn.
@@ -96,7 +99,7 @@ pub enum CampaignCreated {
 /// What changing a campaign came to. Refused: nothing was written.
 #[derive(Debug)]
 pub enum CampaignPatched {
-    Patched(CampaignView),
+    Patched(Box<CampaignView>),
     NotFound,
     /// The uses held exceed the new limit. Postgres' detail.
     LimitBelowUsed(String),
@@ -104,6 +107,8 @@ pub enum CampaignPatched {
     BudgetBelowUsed(String),
     /// The window would end before it starts. Postgres' detail.
     WindowInverted(String),
+    /// The metadata's merge would leave too many keys.
+    TooManyKeys,
 }
 
 impl Store {
@@ -113,13 +118,14 @@ impl Store {
             let tx = client.transaction().await.map_err(StoreError::from)?;
             let r = &c.rules;
             let (amount, percent, cap) = r.discount.columns();
+            let metadata = serde_json::to_string(&c.metadata).expect("strings serialise");
             let row = tx
                 .query_typed(
                     "INSERT INTO campaign (discount_amount, discount_percent, max_discount_amount,
                                            min_order_amount, starts_at, ends_at, active,
                                            reservation_ttl_seconds, per_code_limit,
-                                           per_user_limit, flash_sale)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                           per_user_limit, flash_sale, name, metadata)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb)
                      RETURNING id",
                     &[
                         (&amount, Type::INT8),
@@ -133,6 +139,8 @@ impl Store {
                         (&r.per_code_limit, Type::INT4),
                         (&r.per_user_limit, Type::INT4),
                         (&r.flash_sale, Type::BOOL),
+                        (&c.name, Type::TEXT),
+                        (&metadata, Type::TEXT),
                     ],
                 )
                 .await
@@ -204,7 +212,7 @@ impl Store {
                 .map_err(StoreError::from)?;
             let view = campaign_view(row.first().ok_or(StoreError::NoRow)?);
             tx.commit().await.map_err(StoreError::from)?;
-            Ok(CampaignCreated::Created(view))
+            Ok(CampaignCreated::Created(Box::new(view)))
         })
         .await
     }
@@ -274,11 +282,14 @@ impl Store {
         p: &CampaignPatch,
     ) -> Result<CampaignPatched, StoreError> {
         timed(Dependency::Postgres, "patch_campaign", async {
-            let client = self.client().await?;
+            // The rules and the name and metadata in one transaction: a refusal of either
+            // writes neither.
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
             let total = p.total_limit.flatten();
             let per_user = p.per_user_limit.flatten();
             let budget = p.budget_amount.flatten();
-            let result = client
+            let result = tx
                 .query_typed(
                     "SELECT fg_patch_campaign($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                     &[
@@ -320,6 +331,11 @@ impl Store {
             if outcome == "NOT_FOUND" {
                 return Ok(CampaignPatched::NotFound);
             }
+            match describe_in(&tx, Described::Campaign(id), &p.description).await? {
+                DescribeOutcome::Applied => tx.commit().await?,
+                DescribeOutcome::NotFound => return Ok(CampaignPatched::NotFound),
+                DescribeOutcome::TooManyKeys => return Ok(CampaignPatched::TooManyKeys),
+            }
             let rows = client
                 .query_typed(
                     &format!("{CAMPAIGN_VIEW} WHERE g.id = $1"),
@@ -328,7 +344,7 @@ impl Store {
                 .await
                 .map_err(StoreError::from)?;
             Ok(rows.first().map_or(CampaignPatched::NotFound, |row| {
-                CampaignPatched::Patched(campaign_view(row))
+                CampaignPatched::Patched(Box::new(campaign_view(row)))
             }))
         })
         .await

@@ -27,6 +27,7 @@
 
 mod campaign_codes;
 mod campaigns;
+mod descriptions;
 mod error;
 mod functions;
 mod gate_source;
@@ -44,6 +45,7 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 
 pub use campaigns::{CampaignCreated, CampaignPatched};
+pub use descriptions::{DescribeOutcome, Described};
 pub use error::StoreError;
 pub use gate_source::{CampaignGateSource, GateCheck, GateSource};
 pub use grants::Grants;

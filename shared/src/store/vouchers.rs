@@ -2,11 +2,13 @@
 
 use tokio_postgres::{error::SqlState, types::Type};
 
+use super::descriptions::{describe_in, DescribeOutcome, Described};
 use super::rows::{page_next, voucher_rules};
 use super::Store;
 use super::StoreError;
 use crate::domain::{
-    Budget, Discount, NewVoucher, Page, VoucherCode, VoucherList, VoucherRules, VoucherView,
+    Budget, Description, Discount, NewVoucher, Page, VoucherCode, VoucherList, VoucherRules,
+    VoucherView,
 };
 use crate::telemetry::metrics::{timed, Dependency};
 
@@ -51,6 +53,8 @@ pub enum PatchOutcome {
     SlotsInUse(String),
     /// The discounts held exceed the new budget: nothing written. Postgres' detail.
     BudgetBelowUsed(String),
+    /// The metadata's merge would leave too many keys: nothing written.
+    TooManyKeys,
 }
 
 /// The voucher view's columns, for one voucher or a page of them. The counts are the counters
@@ -66,7 +70,7 @@ const VOUCHER_VIEW: &str = "
            COALESCE(g.ends_at, v.ends_at) AS ends_at,
            v.flash_sale OR COALESCE(g.flash_sale, false) AS flash_sale,
            COALESCE(g.active, v.active) AS active, v.reservation_ttl_seconds,
-           v.counter_slots, v.campaign_id,
+           v.counter_slots, v.campaign_id, v.name, v.metadata::text AS metadata,
            n.used, n.used - n.confirmed AS reserved, n.confirmed, n.revoked,
            b.amount AS budget_amount, b.used AS budget_used
       FROM voucher v
@@ -111,6 +115,8 @@ fn voucher_view(row: &tokio_postgres::Row) -> VoucherView {
         in_flight_count: 0,
         budget: budget_amount.map(|amount| Budget::of(amount, budget_used.unwrap_or(0))),
         campaign_id: row.get("campaign_id"),
+        name: row.get("name"),
+        metadata: super::descriptions::metadata_of(row).unwrap_or_default(),
     }
 }
 
@@ -122,6 +128,7 @@ impl Store {
             let client = self.client().await?;
             let r = &v.rules;
             let (amount, percent, cap) = r.discount.columns();
+            let metadata = serde_json::to_string(&v.metadata).expect("strings serialise");
             // One statement, so one transaction: the voucher, its slots and its budget commit
             // together, and the caps' sum is checked at that commit.
             let rows = client
@@ -130,8 +137,10 @@ impl Store {
                        INSERT INTO voucher (code, discount_amount, discount_percent,
                                             max_discount_amount, min_order_amount, total_limit,
                                             per_user_limit, starts_at, ends_at, flash_sale, active,
-                                            reservation_ttl_seconds, counter_slots)
-                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                                            reservation_ttl_seconds, counter_slots, name,
+                                            metadata)
+                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15,
+                               $16::jsonb)
                        ON CONFLICT (code) DO NOTHING
                        RETURNING code, total_limit, counter_slots),
                      b AS (
@@ -153,6 +162,8 @@ impl Store {
                         (&v.reservation_ttl_seconds, Type::INT4),
                         (&v.counter_slots, Type::INT2),
                         (&r.budget_amount, Type::INT8),
+                        (&v.name, Type::TEXT),
+                        (&metadata, Type::TEXT),
                     ],
                 )
                 .await?;
@@ -181,6 +192,8 @@ impl Store {
                 in_flight_count: 0,
                 budget: r.budget_amount.map(|amount| Budget::of(amount, 0)),
                 campaign_id: None,
+                name: v.name.clone(),
+                metadata: v.metadata.clone(),
             }))
         })
         .await
@@ -287,12 +300,15 @@ impl Store {
         version: i64,
         rules: &VoucherRules,
         slots: Option<i16>,
+        description: &Description,
     ) -> Result<PatchOutcome, StoreError> {
         timed(Dependency::Postgres, "patch_voucher", async {
             let (amount, percent, cap) = rules.discount.columns();
-            let result = self
-                .client()
-                .await?
+            // The rules and the name and metadata in one transaction: a refusal of either
+            // writes neither.
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let result = tx
                 .query_typed(
                     "SELECT outcome, version
                        FROM fg_patch_voucher($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
@@ -342,12 +358,20 @@ impl Store {
             };
             let row = rows.first().ok_or(StoreError::NoRow)?;
             let outcome: &str = row.get("outcome");
-            Ok(match outcome {
+            let outcome = match outcome {
                 "APPLIED" => PatchOutcome::Applied(row.get("version")),
                 "STALE" => PatchOutcome::Stale,
                 "NOT_FOUND" => PatchOutcome::NotFound,
                 other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
-            })
+            };
+            if let PatchOutcome::Applied(_) = outcome {
+                let described = describe_in(&tx, Described::Voucher(code), description).await?;
+                if described == DescribeOutcome::TooManyKeys {
+                    return Ok(PatchOutcome::TooManyKeys);
+                }
+                tx.commit().await?;
+            }
+            Ok(outcome)
         })
         .await
     }
