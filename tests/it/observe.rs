@@ -49,6 +49,31 @@ async fn reserve(client: &reqwest::Client, url: &str, code: &str, customer: i64)
     body["error"].as_str().unwrap().to_owned()
 }
 
+/// Guessed codes show on `/metrics`: the first reserve of a code that does not exist asks
+/// Postgres, the next ones within the cache's age are answered from memory and counted.
+#[tokio::test]
+async fn metrics_count_unknown_codes_answered_from_memory() {
+    let server = ServerProcess::start(&[
+        ("SWEEP_INTERVAL_SECONDS", "0"),
+        ("UNKNOWN_CODE_CACHE_MS", "60000"),
+    ])
+    .await;
+    let client = reqwest::Client::new();
+    let url = &server.url;
+    for customer in 1..=4 {
+        assert_eq!(
+            reserve(&client, url, "GUESSED", customer).await,
+            "VOUCHER_NOT_FOUND"
+        );
+    }
+    let text = server.metrics(&client).await;
+    assert_eq!(
+        sample(&text, "flashgate_unknown_code_answers_total", &[]),
+        3.0,
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn metrics_count_every_request_by_route_and_outcome() {
     let server = ServerProcess::start(&[("SWEEP_INTERVAL_SECONDS", "0")]).await;

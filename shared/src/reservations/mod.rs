@@ -35,6 +35,7 @@ use crate::reservations::error::{
 };
 use crate::store::StoreError;
 use crate::store::{Store, VoucherKind};
+use crate::telemetry::metrics::UNKNOWN_CODE_ANSWERS;
 pub use campaigns::campaign_meta;
 use flash::Flash;
 use group_commit::GroupCommit;
@@ -237,7 +238,10 @@ impl Reservations {
     ) -> Result<Option<VoucherKind>, StoreError> {
         let epoch = match self.known.seen(code, trust_unknown) {
             Seen::Kind(kind) => return Ok(Some(kind)),
-            Seen::Unknown => return Ok(None),
+            Seen::Unknown => {
+                metrics::counter!(UNKNOWN_CODE_ANSWERS).increment(1);
+                return Ok(None);
+            }
             Seen::Ask { epoch } => epoch,
         };
         let found = self.store.kind(code).await?;

@@ -29,6 +29,9 @@ pub const BATCH_SIZE: &str = "flashgate_group_commit_batch_size";
 /// Reserves answered by the sold-out short cut (the process's copy or a read-only lookup, not
 /// the reserve script).
 pub const SOLD_OUT_ANSWERS: &str = "flashgate_sold_out_answers_total";
+/// Reserves and validations of a code that does not exist answered 404 from memory, not by
+/// Postgres (`UNKNOWN_CODE_CACHE_MS`).
+pub const UNKNOWN_CODE_ANSWERS: &str = "flashgate_unknown_code_answers_total";
 /// Mode B events merged into Postgres, by `outcome`.
 pub const EVENTS_LANDED: &str = "flashgate_events_landed_total";
 /// Age of a landed batch's oldest event.
@@ -109,6 +112,11 @@ pub fn describe() {
         SOLD_OUT_ANSWERS,
         Unit::Count,
         "Reserves answered by the sold-out short cut: the process's copy or a read-only lookup, not the reserve script"
+    );
+    describe_counter!(
+        UNKNOWN_CODE_ANSWERS,
+        Unit::Count,
+        "Reserves and validations of a code that does not exist, answered 404 from memory instead of by Postgres"
     );
     describe_counter!(
         EVENTS_LANDED,
