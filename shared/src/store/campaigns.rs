@@ -331,7 +331,7 @@ impl Store {
             if outcome == "NOT_FOUND" {
                 return Ok(CampaignPatched::NotFound);
             }
-            match describe_in(&tx, Described::Campaign(id), &p.description).await? {
+            match describe_in(&*tx, Described::Campaign(id), &p.description).await? {
                 DescribeOutcome::Applied => tx.commit().await?,
                 DescribeOutcome::NotFound => return Ok(CampaignPatched::NotFound),
                 DescribeOutcome::TooManyKeys => return Ok(CampaignPatched::TooManyKeys),

@@ -3,9 +3,9 @@
 //! `metadata || change`, then `jsonb_strip_nulls` drops the keys the change set to null; the
 //! `*_metadata_keys` constraints bound the keys the merge leaves.
 
-use deadpool_postgres::Transaction;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
+use tokio_postgres::GenericClient;
 
 use super::{Store, StoreError};
 use crate::domain::{Description, Metadata, VoucherCode};
@@ -28,64 +28,65 @@ pub enum DescribeOutcome {
 }
 
 impl Store {
-    /// A change of name and metadata alone (no rule changes with it).
+    /// A change of name and metadata alone (no rule changes with it): one statement.
     pub async fn describe(
         &self,
         target: Described<'_>,
         change: &Description,
     ) -> Result<DescribeOutcome, StoreError> {
         timed(Dependency::Postgres, "describe", async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            let outcome = describe_in(&tx, target, change).await?;
-            if outcome == DescribeOutcome::Applied {
-                tx.commit().await?;
-            }
-            Ok(outcome)
+            let client = self.client().await?;
+            describe_in(&**client, target, change).await
         })
         .await
     }
 }
 
-/// Writes `change` in `tx`; on TooManyKeys the transaction is aborted: drop it.
+/// Writes `change` through `client` (a transaction, when a change of the rules goes with it:
+/// on TooManyKeys that transaction is aborted, drop it).
 pub(super) async fn describe_in(
-    tx: &Transaction<'_>,
+    client: &impl GenericClient,
     target: Described<'_>,
     change: &Description,
 ) -> Result<DescribeOutcome, StoreError> {
     if change.is_empty() {
         return Ok(DescribeOutcome::Applied);
     }
-    let (sql, key) = match target {
-        Described::Voucher(_) => (
-            "UPDATE voucher SET name = CASE WHEN $2 THEN $3 ELSE name END,
-                                metadata = jsonb_strip_nulls(metadata || $4::jsonb)
-              WHERE code = $1",
+    const SET: &str = "SET name = CASE WHEN $2 THEN $3 ELSE name END,
+                           metadata = jsonb_strip_nulls(metadata || $4::jsonb)";
+    let name_set = change.name.is_some();
+    let name = change.name.clone().flatten();
+    let metadata = change.metadata_json();
+    let (result, key) = match target {
+        Described::Voucher(code) => (
+            client
+                .execute_typed(
+                    &format!("UPDATE voucher {SET} WHERE code = $1"),
+                    &[
+                        (&code.as_str(), Type::TEXT),
+                        (&name_set, Type::BOOL),
+                        (&name, Type::TEXT),
+                        (&metadata, Type::TEXT),
+                    ],
+                )
+                .await,
             "voucher_metadata_keys",
         ),
-        Described::Campaign(_) => (
-            "UPDATE campaign SET name = CASE WHEN $2 THEN $3 ELSE name END,
-                                 metadata = jsonb_strip_nulls(metadata || $4::jsonb)
-              WHERE id = $1::text::int8",
+        Described::Campaign(id) => (
+            client
+                .execute_typed(
+                    &format!("UPDATE campaign {SET} WHERE id = $1"),
+                    &[
+                        (&id, Type::INT8),
+                        (&name_set, Type::BOOL),
+                        (&name, Type::TEXT),
+                        (&metadata, Type::TEXT),
+                    ],
+                )
+                .await,
             "campaign_metadata_keys",
         ),
     };
-    let id = match target {
-        Described::Voucher(code) => code.as_str().to_owned(),
-        Described::Campaign(id) => id.to_string(),
-    };
-    let name = change.name.clone().flatten();
-    let result = tx
-        .execute_typed(
-            sql,
-            &[
-                (&id, Type::TEXT),
-                (&change.name.is_some(), Type::BOOL),
-                (&name, Type::TEXT),
-                (&change.metadata_json(), Type::TEXT),
-            ],
-        )
-        .await;
     match result {
         Ok(0) => Ok(DescribeOutcome::NotFound),
         Ok(_) => Ok(DescribeOutcome::Applied),

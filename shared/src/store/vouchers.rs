@@ -365,7 +365,7 @@ impl Store {
                 other => return Err(StoreError::UnexpectedOutcome(other.to_owned())),
             };
             if let PatchOutcome::Applied(_) = outcome {
-                let described = describe_in(&tx, Described::Voucher(code), description).await?;
+                let described = describe_in(&*tx, Described::Voucher(code), description).await?;
                 if described == DescribeOutcome::TooManyKeys {
                     return Ok(PatchOutcome::TooManyKeys);
                 }
