@@ -95,6 +95,18 @@ async fn a_code_created_in_another_process_is_found_within_the_cache_age() {
     app.voucher("LATECOMER", 5, json!({})).await;
     // The other process remembers the 404 for the cache's age, no longer.
     assert_eq!(reserve("o1").await, StatusCode::NOT_FOUND);
+    // Only reserve and validate trust it: an operator's change of the code, within that age,
+    // asks Postgres and finds it.
+    let patched = app
+        .http
+        .patch(format!("{other}/vouchers/LATECOMER"))
+        .header("content-type", "application/json")
+        .body(r#"{"name":"late"}"#)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(patched, StatusCode::OK);
     tokio::time::sleep(age).await;
     assert_eq!(reserve("o1").await, StatusCode::CREATED);
 }

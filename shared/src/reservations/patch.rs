@@ -48,9 +48,10 @@ impl Reservations {
         code: &VoucherCode,
         patch: &VoucherPatch,
     ) -> Result<VoucherView, PatchVoucherError> {
-        // The kind never changes (it is cached); the state is read where the change is made.
+        // The kind never changes (it is cached); the state is read where the change is made. A
+        // remembered 404 is not trusted: the code may have been created elsewhere since.
         let kind = self
-            .kind(code)
+            .kind_fresh(code)
             .await?
             .ok_or_else(|| PatchVoucherError::NotFound(code.as_str().to_owned()))?;
         if let Some(campaign) = kind.campaign_id {
