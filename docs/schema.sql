@@ -1518,6 +1518,7 @@ CREATE TABLE public.campaign (
     gate_loaded boolean DEFAULT false NOT NULL,
     name text,
     metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    exclusive boolean DEFAULT false NOT NULL,
     CONSTRAINT campaign_cap_only_with_percent CHECK (((max_discount_amount IS NULL) OR (discount_percent IS NOT NULL))),
     CONSTRAINT campaign_discount_amount_check CHECK (((discount_amount >= 0) AND (discount_amount <= '1000000000000000'::bigint))),
     CONSTRAINT campaign_discount_percent_check CHECK (((discount_percent >= 1) AND (discount_percent <= 100))),
@@ -1586,6 +1587,34 @@ CREATE TABLE public.campaign_rules (
 );
 
 --
+-- Name: customer_order; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.customer_order (
+    order_id text NOT NULL,
+    customer_id bigint NOT NULL,
+    order_amount bigint NOT NULL,
+    codes text[] NOT NULL,
+    state smallint NOT NULL,
+    discounts bigint[],
+    expires_at timestamp with time zone,
+    refusal text,
+    refused_code text,
+    release_reason text,
+    created_at timestamp with time zone NOT NULL,
+    settled_at timestamp with time zone,
+    CONSTRAINT customer_order_amount CHECK (((order_amount >= 0) AND (order_amount <= '1000000000000000'::bigint))),
+    CONSTRAINT customer_order_codes CHECK (((cardinality(codes) >= 1) AND (cardinality(codes) <= 5))),
+    CONSTRAINT customer_order_customer_id CHECK ((customer_id >= 1)),
+    CONSTRAINT customer_order_order_id CHECK ((order_id ~ '^[A-Za-z0-9_.:-]{1,64}$'::text)),
+    CONSTRAINT customer_order_refused_has_refusal CHECK (((state = 5) = (refusal IS NOT NULL))),
+    CONSTRAINT customer_order_release_reason CHECK ((release_reason = ANY (ARRAY['CANCELLED'::text, 'EXPIRED'::text, 'ABANDONED'::text]))),
+    CONSTRAINT customer_order_released_has_reason CHECK (((state = 4) = (release_reason IS NOT NULL))),
+    CONSTRAINT customer_order_reserved_has_discounts CHECK (((state <> ALL (ARRAY[2, 3])) OR ((cardinality(discounts) = cardinality(codes)) AND (expires_at IS NOT NULL)))),
+    CONSTRAINT customer_order_state CHECK (((state >= 1) AND (state <= 5)))
+);
+
+--
 -- Name: redemption; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1635,6 +1664,7 @@ CREATE TABLE public.voucher (
     campaign_id bigint,
     name text,
     metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    exclusive boolean DEFAULT false NOT NULL,
     CONSTRAINT voucher_cap_only_with_percent CHECK (((max_discount_amount IS NULL) OR (discount_percent IS NOT NULL))),
     CONSTRAINT voucher_code_check CHECK ((code ~ '^[A-Z0-9_-]{1,32}$'::text)),
     CONSTRAINT voucher_counter_slots_check CHECK (((counter_slots >= 1) AND (counter_slots <= 64))),
@@ -1741,6 +1771,13 @@ ALTER TABLE ONLY public.campaign_rules
     ADD CONSTRAINT campaign_rules_pkey PRIMARY KEY (campaign_id, version);
 
 --
+-- Name: customer_order customer_order_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.customer_order
+    ADD CONSTRAINT customer_order_pkey PRIMARY KEY (order_id);
+
+--
 -- Name: redemption redemption_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1799,6 +1836,24 @@ CREATE INDEX campaign_in_gate ON public.campaign USING btree (id) WHERE gate_loa
 --
 
 CREATE INDEX campaign_rules_superseded ON public.campaign_rules USING btree (superseded_at);
+
+--
+-- Name: customer_order_pending; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX customer_order_pending ON public.customer_order USING btree (created_at) WHERE (state = 1);
+
+--
+-- Name: customer_order_reserved_expiry; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX customer_order_reserved_expiry ON public.customer_order USING btree (expires_at) WHERE (state = 2);
+
+--
+-- Name: customer_order_settled; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX customer_order_settled ON public.customer_order USING btree (settled_at) WHERE (state >= 3);
 
 --
 -- Name: redemption_by_customer; Type: INDEX; Schema: public; Owner: -

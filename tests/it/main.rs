@@ -18,6 +18,7 @@ mod lambda;
 mod lattice;
 mod lifecycle;
 mod observe;
+mod orders;
 mod properties;
 mod roles;
 mod schema;

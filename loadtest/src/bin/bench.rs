@@ -160,6 +160,7 @@ async fn main() -> anyhow::Result<()> {
                     budget_amount: None,
                 },
                 flash_sale: kind == "flash",
+                exclusive: false,
                 reservation_ttl_seconds: 900,
                 counter_slots: slots,
             })

@@ -198,6 +198,7 @@ async fn one_sale(args: &Args, app: &App, i: usize) -> anyhow::Result<Sale> {
                 budget_amount: None,
             },
             flash_sale: true,
+            exclusive: false,
             reservation_ttl_seconds: 1,
             counter_slots: 1,
         })

@@ -157,6 +157,7 @@ impl Settings {
                     parse(&get, "GATE_TOMBSTONE_RETENTION_SECONDS", 86_400)?,
                     3_600,
                 )?),
+                order_lease: Duration::from_secs(parse(&get, "ORDER_LEASE_SECONDS", 60)?),
             },
             server: ServerSettings {
                 port: parse(&get, "PORT", 3000)?,

@@ -21,4 +21,9 @@ pub struct SweepSettings {
     /// long (a retry of it is answered there), then the sweeper deletes it; afterwards Postgres'
     /// row answers such a retry in mode A. At least an hour.
     pub tombstone_retention: Duration,
+    /// `ORDER_LEASE_SECONDS`: an order of several codes still being decided this long after it
+    /// began was left by a process that died between two codes (or a client that stopped
+    /// retrying a 503): the sweeper releases it and every use it holds. Longer than any request
+    /// may take (a function's timeout); 60 by default.
+    pub order_lease: Duration,
 }

@@ -57,6 +57,11 @@ pub struct CreateCampaignRequest {
     #[serde(default)]
     #[schema(default = false)]
     pub flash_sale: bool,
+    /// Its codes are never combined with another code in one order (409 NOT_COMBINABLE); alone
+    /// each works as any code. Never changes after creation.
+    #[serde(default)]
+    #[schema(default = false)]
+    pub exclusive: bool,
     /// false: paused, every code refuses reserves (INACTIVE).
     #[serde(default = "yes")]
     #[schema(default = true)]
@@ -132,6 +137,7 @@ pub struct CampaignRules {
 #[derive(Debug, Clone)]
 pub struct NewCampaign {
     pub name: Option<String>,
+    pub exclusive: bool,
     pub metadata: super::Metadata,
     pub rules: CampaignRules,
     pub codes: NewCodes,
@@ -177,6 +183,7 @@ impl TryFrom<CreateCampaignRequest> for NewCampaign {
         };
         Ok(NewCampaign {
             name: r.name.map(super::description::name).transpose()?,
+            exclusive: r.exclusive,
             metadata: super::description::metadata(r.metadata.unwrap_or_default())?,
             rules,
             codes: NewCodes::parse(r.codes)?,
@@ -333,6 +340,8 @@ pub struct CampaignView {
     #[schema(value_type = super::schema::Timestamp)]
     pub ends_at: DateTime<Utc>,
     pub flash_sale: bool,
+    /// Its codes are never combined with another code in one order.
+    pub exclusive: bool,
     pub active: bool,
     #[schema(minimum = 1, maximum = 604_800)]
     pub reservation_ttl_seconds: i64,

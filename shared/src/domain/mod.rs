@@ -26,6 +26,8 @@
 //! - `views`: the JSON answers: [`VoucherView`], [`Reservation`], [`ReservationView`],
 //!   [`ReservationItem`], [`Confirmation`], [`Eligibility`].
 //! - `listing`: the listings' queries, cursors and [`Page`].
+//! - `order`: orders of several codes: [`OrderRequest`], [`NewOrder`], the [`stacking`] order
+//!   of their discounts, [`OrderView`].
 //!
 //! The gate's copy of a voucher's rules, `GateMeta`, names Redis fields and so lives in `gate`.
 
@@ -38,6 +40,7 @@ mod grant;
 mod ids;
 mod invalid;
 mod listing;
+mod order;
 mod outcome;
 mod patch;
 mod requests;
@@ -62,6 +65,7 @@ pub use listing::{
     CampaignList, CampaignListQuery, CodeList, CodeListQuery, CodeStatus, Page, ReservationList,
     ReservationListQuery, VoucherList, VoucherListQuery, DEFAULT_PAGE, MAX_PAGE,
 };
+pub use order::{stacking, NewOrder, OrderItem, OrderRequest, OrderView, MAX_ORDER_CODES};
 pub use outcome::{Held, ReserveOutcome};
 pub use patch::{PatchVoucherRequest, VoucherPatch};
 pub use requests::{Reserve, ReserveRequest, Validate, ValidateRequest};

@@ -49,6 +49,8 @@ pub struct VoucherView {
     pub ends_at: DateTime<Utc>,
     /// Flash-sale voucher: reserves go through the Redis gate.
     pub flash_sale: bool,
+    /// Never combined with another code in one order (its campaign's, for a campaign's code).
+    pub exclusive: bool,
     /// An inactive voucher refuses reserves and validations (422 NOT_ELIGIBLE, reason
     /// INACTIVE).
     pub active: bool,

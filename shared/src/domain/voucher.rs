@@ -62,6 +62,11 @@ pub struct CreateVoucherRequest {
     #[serde(default)]
     #[schema(default = false)]
     pub flash_sale: bool,
+    /// Never combined with another code in one order (`POST /orders/{orderId}/reservations`
+    /// answers 409 NOT_COMBINABLE); alone it works as any voucher. Never changes after creation.
+    #[serde(default)]
+    #[schema(default = false)]
+    pub exclusive: bool,
     /// An inactive voucher refuses reserves and validations (422 NOT_ELIGIBLE, reason
     /// INACTIVE).
     #[serde(default = "yes")]
@@ -150,6 +155,7 @@ pub struct NewVoucher {
     pub metadata: super::Metadata,
     pub rules: VoucherRules,
     pub flash_sale: bool,
+    pub exclusive: bool,
     pub reservation_ttl_seconds: i32,
     pub counter_slots: i16,
 }
@@ -196,6 +202,7 @@ impl TryFrom<CreateVoucherRequest> for NewVoucher {
                 budget_amount,
             },
             flash_sale: r.flash_sale,
+            exclusive: r.exclusive,
             reservation_ttl_seconds: in_range(
                 "reservationTtlSeconds",
                 r.reservation_ttl_seconds,
@@ -233,6 +240,7 @@ mod tests {
             starts_at: Utc::now(),
             ends_at: Utc::now() + chrono::Duration::hours(1),
             flash_sale: false,
+            exclusive: false,
             active: true,
             reservation_ttl_seconds: 900,
             counter_slots: None,

@@ -11,7 +11,8 @@ use crate::events::EventError;
 use crate::gate::GateError;
 use crate::reservations::error::{
     CampaignError, ConfirmError, CreateCampaignError, CreateVoucherError, GetReservationError,
-    GetVoucherError, ListError, PatchVoucherError, ReleaseError, ReserveError, WarmupError,
+    GetVoucherError, ListError, OrderError, PatchVoucherError, ReleaseError, ReserveError,
+    WarmupError,
 };
 use crate::store::StoreError;
 use crate::telemetry::Chain;
@@ -26,6 +27,8 @@ pub struct ApiError {
     pub message: String,
     /// NOT_ELIGIBLE's `reason` field.
     pub reason: Option<&'static str>,
+    /// An order's refusal or failure: the code it came from (`code` in the body).
+    pub voucher: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -34,6 +37,8 @@ struct Body<'a> {
     message: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<&'a str>,
+    #[serde(rename = "code", skip_serializing_if = "Option::is_none")]
+    voucher: Option<&'a str>,
 }
 
 impl ApiError {
@@ -43,6 +48,7 @@ impl ApiError {
             code,
             message: message.into(),
             reason: None,
+            voucher: None,
         }
     }
 
@@ -72,6 +78,7 @@ impl IntoResponse for ApiError {
             error: self.code,
             message: &self.message,
             reason: self.reason,
+            voucher: self.voucher.as_deref(),
         };
         let mut response = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
@@ -319,6 +326,36 @@ impl From<CampaignError> for ApiError {
             CampaignError::Busy => ApiError::unavailable(message),
             CampaignError::Unavailable(e) => e.into(),
             CampaignError::Gate(e) => e.into(),
+        }
+    }
+}
+
+impl From<OrderError> for ApiError {
+    fn from(e: OrderError) -> Self {
+        let message = e.to_string();
+        let of_code = |code: String, inner: ApiError| ApiError {
+            message: message.clone(),
+            voucher: Some(code),
+            ..inner
+        };
+        match e {
+            OrderError::Invalid(e) => e.into(),
+            OrderError::Reserve { code, error } => of_code(code, error.into()),
+            OrderError::Confirm { code, error } => of_code(code, error.into()),
+            OrderError::Release { code, error } => of_code(code, error.into()),
+            OrderError::NotCombinable(code) => ApiError {
+                voucher: Some(code),
+                ..ApiError::new(StatusCode::CONFLICT, "NOT_COMBINABLE", message)
+            },
+            OrderError::Conflict => ApiError::new(StatusCode::CONFLICT, "ORDER_CONFLICT", message),
+            OrderError::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "ORDER_NOT_FOUND", message)
+            }
+            OrderError::Released => {
+                ApiError::new(StatusCode::CONFLICT, "RESERVATION_RELEASED", message)
+            }
+            OrderError::Pending => ApiError::unavailable(message),
+            OrderError::Unavailable(e) => e.into(),
         }
     }
 }

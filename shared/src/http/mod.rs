@@ -11,8 +11,8 @@
 //! # Files
 //!
 //! Here the route table and the router. `extract`: the body extractor (limit, drain, deadline)
-//! and the path and query parsers; `vouchers`, `campaigns`, `reservations`, `service`: the
-//! handlers by resource; `layer`: the request id, the route label, the log line and metric of
+//! and the path and query parsers; `vouchers`, `campaigns`, `reservations`, `orders`,
+//! `service`: the handlers by resource; `layer`: the request id, the route label, the log line and metric of
 //! every answer; `access`: the access check; `error`: the one mapping to HTTP.
 
 pub mod access;
@@ -23,6 +23,7 @@ pub mod error;
 mod extract;
 mod layer;
 pub mod openapi;
+mod orders;
 mod reservations;
 mod service;
 mod vouchers;
@@ -46,6 +47,7 @@ use campaigns::*;
 use extract::*;
 use layer::*;
 use openapi::operations as api;
+use orders::*;
 use reservations::*;
 use service::*;
 use vouchers::*;
@@ -264,6 +266,38 @@ pub const ROUTES: &[Route] = &[
         access: Access::OrderService,
         handler: || post(confirm),
         api: Some(api::confirm_reservation),
+    },
+    Route {
+        method: "POST",
+        path: "/orders/{order_id}/reservations",
+        family: Routes::Reserve,
+        access: Access::OrderService,
+        handler: || post(reserve_order),
+        api: Some(api::reserve_order),
+    },
+    Route {
+        method: "GET",
+        path: "/orders/{order_id}",
+        family: Routes::Admin,
+        access: Access::Both,
+        handler: || get(get_order),
+        api: Some(api::get_order),
+    },
+    Route {
+        method: "DELETE",
+        path: "/orders/{order_id}",
+        family: Routes::Release,
+        access: Access::OrderService,
+        handler: || delete(release_order),
+        api: Some(api::release_order),
+    },
+    Route {
+        method: "POST",
+        path: "/orders/{order_id}/confirm",
+        family: Routes::Confirm,
+        access: Access::OrderService,
+        handler: || post(confirm_order),
+        api: Some(api::confirm_order),
     },
     // The local server's own pages (family `All`: no function serves them, and they are not
     // part of the API). In AWS the metrics leave through CloudWatch and the dashboard of

@@ -4,7 +4,7 @@
 //! `http::error`. The layers below raise their own (`StoreError`, `GateError`, `EventError`),
 //! which these wrap.
 
-use crate::domain::{Invalid, Reservation, ReserveOutcome};
+use crate::domain::{Invalid, Reservation, ReserveOutcome, VoucherCode};
 use crate::events::EventError;
 use crate::gate::GateError;
 use crate::store::{Reserved, StoreError};
@@ -96,6 +96,32 @@ impl ReserveError {
     pub fn refused(outcome: ReserveOutcome) -> ReserveError {
         ReserveError::refusal(outcome)
             .unwrap_or_else(|| StoreError::UnexpectedOutcome(outcome.as_str().into()).into())
+    }
+}
+
+impl ReserveError {
+    /// The refusal word this error answers (the inverse of [`ReserveError::refusal`]); None for
+    /// a failure (a store, the gate, the events, a gate loading), which decides nothing.
+    pub fn outcome(&self) -> Option<ReserveOutcome> {
+        use ReserveOutcome as O;
+        Some(match self {
+            ReserveError::VoucherNotFound => O::VoucherNotFound,
+            ReserveError::OutOfStock => O::OutOfStock,
+            ReserveError::AlreadyUsed => O::AlreadyUsed,
+            ReserveError::BudgetExhausted => O::BudgetExhausted,
+            ReserveError::OrderConflict => O::OrderConflict,
+            ReserveError::OrderAmountMismatch => O::OrderAmountMismatch,
+            ReserveError::Released => O::ReservationReleased,
+            ReserveError::Inactive => O::Inactive,
+            ReserveError::NotStarted => O::NotStarted,
+            ReserveError::Expired => O::Expired,
+            ReserveError::MinOrderAmount => O::MinOrderAmount,
+            ReserveError::Invalid(_)
+            | ReserveError::WarmingUp
+            | ReserveError::Unavailable(_)
+            | ReserveError::Gate(_)
+            | ReserveError::Events(_) => return None,
+        })
     }
 }
 
@@ -308,4 +334,43 @@ pub enum CampaignError {
     Unavailable(#[from] StoreError),
     #[error("redis is unavailable")]
     Gate(#[from] GateError),
+}
+
+/// An order of several codes (`/orders/{orderId}`). A code's own refusal or failure keeps the
+/// single-code error and names the code.
+#[derive(Debug, thiserror::Error)]
+pub enum OrderError {
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    /// A code refused (nothing of the order is held), or failed (503: the order stays pending
+    /// and a retry of the same request goes on with it).
+    #[error("{code}: {error}")]
+    Reserve { code: String, error: ReserveError },
+    #[error("{code}: {error}")]
+    Confirm { code: String, error: ConfirmError },
+    #[error("{code}: {error}")]
+    Release { code: String, error: ReleaseError },
+    #[error("{0} is exclusive: it is never combined with another code in one order")]
+    NotCombinable(String),
+    #[error(
+        "orderId already holds another order (another customer, orderAmount or codes); a retry must send the first request's body"
+    )]
+    Conflict,
+    #[error("no order has this orderId")]
+    NotFound,
+    #[error("this order was released or refused and holds nothing; use a new orderId")]
+    Released,
+    #[error("this order is still being decided; retry shortly")]
+    Pending,
+    #[error("the database is unavailable")]
+    Unavailable(#[from] StoreError),
+}
+
+impl OrderError {
+    pub fn reserve(code: &VoucherCode, error: ReserveError) -> Self {
+        OrderError::Reserve {
+            code: code.as_str().to_owned(),
+            error,
+        }
+    }
 }

@@ -13,6 +13,7 @@ pub mod error;
 mod flash;
 mod group_commit;
 mod known;
+mod orders;
 mod patch;
 mod sold_out;
 mod warmup;

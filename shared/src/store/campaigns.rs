@@ -50,7 +50,7 @@ const INSERT_CODES: &str = "
 const CAMPAIGN_VIEW: &str = "
     SELECT g.id, g.discount_amount, g.discount_percent, g.max_discount_amount,
            g.min_order_amount, g.starts_at, g.ends_at, g.active, g.reservation_ttl_seconds,
-           g.per_code_limit, g.per_user_limit, g.code_count, g.created_at, g.flash_sale,
+           g.per_code_limit, g.per_user_limit, g.code_count, g.created_at, g.flash_sale, g.exclusive,
            g.name, g.metadata::text AS metadata, k.total_limit, k.used, k.budget_amount, k.budget_used
       FROM campaign g JOIN campaign_counter k ON k.campaign_id = g.id";
 
@@ -71,6 +71,7 @@ fn campaign_view(row: &tokio_postgres::Row) -> CampaignView {
         starts_at: row.get("starts_at"),
         ends_at: row.get("ends_at"),
         flash_sale: row.get("flash_sale"),
+        exclusive: row.get("exclusive"),
         active: row.get("active"),
         reservation_ttl_seconds: row.get::<_, i32>("reservation_ttl_seconds").into(),
         per_code_limit: row.get::<_, i32>("per_code_limit").into(),
@@ -124,8 +125,8 @@ impl Store {
                     "INSERT INTO campaign (discount_amount, discount_percent, max_discount_amount,
                                            min_order_amount, starts_at, ends_at, active,
                                            reservation_ttl_seconds, per_code_limit,
-                                           per_user_limit, flash_sale, name, metadata)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb)
+                                           per_user_limit, flash_sale, name, metadata, exclusive)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14)
                      RETURNING id",
                     &[
                         (&amount, Type::INT8),
@@ -141,6 +142,7 @@ impl Store {
                         (&r.flash_sale, Type::BOOL),
                         (&c.name, Type::TEXT),
                         (&metadata, Type::TEXT),
+                        (&c.exclusive, Type::BOOL),
                     ],
                 )
                 .await

@@ -18,6 +18,7 @@
 //! - `grants`: the rules a mode-B event was granted under, for the consumer's check.
 //! - `campaigns`: creating campaigns with their codes, reading, listing and changing them.
 //! - `reservations`: reserves (one or a batch), validation, reading and listing reservations.
+//! - `orders`: orders of several codes: their rows and the sweeper's passes over them.
 //! - `merge`: the one status change, `Store::merge_batch` (`fg_merge_strict`, then the loop):
 //!   confirm, release, and every write of the gate, the events and the sweeps.
 //! - `sweeps`: the sweeper's reads and its expiry batch.
@@ -33,6 +34,7 @@ mod functions;
 mod gate_source;
 mod grants;
 mod merge;
+mod orders;
 mod pool;
 mod reservations;
 mod role;
@@ -53,6 +55,7 @@ pub use merge::{
     is_undefined_function, is_undefined_table, is_unknown_voucher, never_passes, Merge,
     MergeOutcome, Merged, RowFacts, MERGE_BATCH_MAX, MERGE_SET_MAX,
 };
+pub use orders::{OrderState, OrdersSwept, StoredOrder};
 pub use reservations::Reserved;
 pub use sweeps::{Expired, LiveFlashCampaign, LiveFlashVoucher};
 pub use vouchers::{PatchOutcome, VoucherKind, VoucherState};

@@ -23,11 +23,13 @@ use crate::config::DatabaseCredentials;
 /// The tables the service deletes rows from: customer counters back at zero (the triggers
 /// `fg_forget_idle_customer` and `fg_forget_idle_campaign_customer` run as the caller), rules no
 /// event can still need (the sweeper, both tables) and counter slots a change of
-/// `counterSlots` removes (`fg_change_slots`, which runs as the caller). Every other table is
+/// `counterSlots` removes (`fg_change_slots`, which runs as the caller), settled orders of
+/// several codes past their keeping (the sweeper). Every other table is
 /// only read, inserted and updated.
 pub const DELETES_FROM: &[&str] = &[
     "campaign_customer",
     "campaign_rules",
+    "customer_order",
     "voucher_customer",
     "voucher_rules",
     "voucher_slot",

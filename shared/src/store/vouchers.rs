@@ -16,6 +16,8 @@ use crate::telemetry::metrics::{timed, Dependency};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VoucherKind {
     pub flash_sale: bool,
+    /// Never combined with another code in one order (its own flag or its campaign's).
+    pub exclusive: bool,
     /// The campaign whose code it is.
     pub campaign_id: Option<i64>,
 }
@@ -69,6 +71,7 @@ const VOUCHER_VIEW: &str = "
            COALESCE(g.starts_at, v.starts_at) AS starts_at,
            COALESCE(g.ends_at, v.ends_at) AS ends_at,
            v.flash_sale OR COALESCE(g.flash_sale, false) AS flash_sale,
+           v.exclusive OR COALESCE(g.exclusive, false) AS exclusive,
            COALESCE(g.active, v.active) AS active, v.reservation_ttl_seconds,
            v.counter_slots, v.campaign_id, v.name, v.metadata::text AS metadata,
            n.used, n.used - n.confirmed AS reserved, n.confirmed, n.revoked,
@@ -104,6 +107,7 @@ fn voucher_view(row: &tokio_postgres::Row) -> VoucherView {
         starts_at: row.get("starts_at"),
         ends_at: row.get("ends_at"),
         flash_sale: row.get("flash_sale"),
+        exclusive: row.get("exclusive"),
         active: row.get("active"),
         reservation_ttl_seconds: row.get::<_, i32>("reservation_ttl_seconds").into(),
         counter_slots: row.get::<_, i16>("counter_slots").into(),
@@ -138,9 +142,9 @@ impl Store {
                                             max_discount_amount, min_order_amount, total_limit,
                                             per_user_limit, starts_at, ends_at, flash_sale, active,
                                             reservation_ttl_seconds, counter_slots, name,
-                                            metadata)
+                                            metadata, exclusive)
                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15,
-                               $16::jsonb)
+                               $16::jsonb, $17)
                        ON CONFLICT (code) DO NOTHING
                        RETURNING code, total_limit, counter_slots),
                      b AS (
@@ -164,6 +168,7 @@ impl Store {
                         (&r.budget_amount, Type::INT8),
                         (&v.name, Type::TEXT),
                         (&metadata, Type::TEXT),
+                        (&v.exclusive, Type::BOOL),
                     ],
                 )
                 .await?;
@@ -181,6 +186,7 @@ impl Store {
                 starts_at: r.starts_at,
                 ends_at: r.ends_at,
                 flash_sale: v.flash_sale,
+                exclusive: v.exclusive,
                 active: r.active,
                 reservation_ttl_seconds: v.reservation_ttl_seconds.into(),
                 counter_slots: v.counter_slots.into(),
@@ -387,7 +393,9 @@ impl Store {
                     // are none of the per-voucher sweeps' business), their campaign says so.
                     "SELECT v.flash_sale OR COALESCE((SELECT g.flash_sale FROM campaign g
                                                        WHERE g.id = v.campaign_id), false),
-                            v.campaign_id
+                            v.campaign_id,
+                            v.exclusive OR COALESCE((SELECT g.exclusive FROM campaign g
+                                                      WHERE g.id = v.campaign_id), false)
                        FROM voucher v WHERE v.code = $1",
                     &[(&code.as_str(), Type::TEXT)],
                 )
@@ -395,6 +403,7 @@ impl Store {
             Ok(rows.first().map(|r| VoucherKind {
                 flash_sale: r.get(0),
                 campaign_id: r.get(1),
+                exclusive: r.get(2),
             }))
         })
         .await

@@ -2,6 +2,10 @@
 //! sweeper").
 //!
 //! One run does, in order, all at one instant (the run's `now`, passed to every query):
+//! 0. **orders**: orders of several codes still pending `ORDER_LEASE_SECONDS` after they began
+//!    (a crash between two codes) and reserved ones past their expiry are released, and their
+//!    codes' reservations made due, so the expiry that follows releases them together; settled
+//!    orders past their keeping are deleted;
 //! 1. **expire**: RESERVED past `expiresAt` are released in Postgres in bounded batches
 //!    (`fg_expire`: `FOR UPDATE SKIP LOCKED`, counters in the same transaction), then their uses
 //!    go back to the gate for flash vouchers;
@@ -68,6 +72,16 @@ pub const PRUNE_BATCH: u32 = 500;
 /// gate's releases between two runs.
 pub const PRUNE_CALLS: u32 = 40;
 
+/// Orders of several codes released, and retired, per run at most (of each kind).
+pub const ORDER_BATCH: i64 = 1000;
+
+/// A refused order is kept this long, for its retries to get the same refusal.
+pub const REFUSED_ORDER_KEPT: Duration = Duration::from_secs(86_400);
+
+/// A confirmed or released order is kept this long (`GET /orders/{orderId}`); each code's
+/// reservation stays as every reservation does.
+pub const ORDER_KEPT: Duration = Duration::from_secs(30 * 86_400);
+
 /// Superseded rules deleted per run at most: the table holds only changes, so a run or two
 /// clears a day's.
 pub const FORGET_BATCH: i64 = 1000;
@@ -75,6 +89,12 @@ pub const FORGET_BATCH: i64 = 1000;
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct SweepReport {
+    /// Orders of several codes a crash left pending past the lease, released with their uses.
+    pub orders_abandoned: u64,
+    /// Orders of several codes past their expiry, released with their uses.
+    pub orders_expired: u64,
+    /// Settled orders past their keeping, deleted.
+    pub orders_retired: u64,
     pub expired: u64,
     pub orphans_recovered: u64,
     pub drift_found: u64,
@@ -99,6 +119,9 @@ impl SweepReport {
     /// The report as metrics: each field a `kind` of `flashgate_sweep_items_total`.
     fn record(&self) {
         let kinds = [
+            ("orders_abandoned", self.orders_abandoned),
+            ("orders_expired", self.orders_expired),
+            ("orders_retired", self.orders_retired),
             ("expired", self.expired),
             ("orphans_recovered", self.orphans_recovered),
             ("drift_found", self.drift_found),
@@ -142,6 +165,8 @@ pub struct Sweeper {
     retire_after: Duration,
     /// A tombstone leaves the gate this long after it was written.
     tombstone_retention: Duration,
+    /// An order of several codes still pending this long after it began is abandoned.
+    order_lease: Duration,
 }
 
 impl Sweeper {
@@ -153,6 +178,7 @@ impl Sweeper {
             orphan_grace: settings.orphan_grace,
             retire_after: settings.retire_after,
             tombstone_retention: settings.tombstone_retention,
+            order_lease: settings.order_lease,
         }
     }
 
@@ -162,6 +188,7 @@ impl Sweeper {
         let mut report = SweepReport::default();
         let now = domain::millis(Utc::now());
 
+        self.orders(now, &mut report).await?;
         self.expire(now, &mut report).await?;
         for voucher in self.store.gate_vouchers(now, self.retire_after).await? {
             let unit = Unit::Voucher(&voucher.code);
@@ -190,6 +217,9 @@ impl Sweeper {
 
         report.duration_ms = started.elapsed().as_millis() as u64;
         tracing::info!(
+            orders_abandoned = report.orders_abandoned,
+            orders_expired = report.orders_expired,
+            orders_retired = report.orders_retired,
             expired = report.expired,
             orphans_recovered = report.orphans_recovered,
             drift_found = report.drift_found,
@@ -206,6 +236,28 @@ impl Sweeper {
         );
         report.record();
         Ok(report)
+    }
+
+    /// Orders of several codes: released when abandoned or expired (their uses then go in
+    /// `expire`, right after), deleted when settled long enough ago.
+    async fn orders(&self, now: DateTime<Utc>, report: &mut SweepReport) -> Result<(), SweepError> {
+        let ago = |d: Duration| {
+            chrono::TimeDelta::from_std(d)
+                .ok()
+                .and_then(|d| now.checked_sub_signed(d))
+                .unwrap_or(DateTime::<Utc>::MIN_UTC)
+        };
+        let swept = self
+            .store
+            .sweep_orders(now, ago(self.order_lease), ORDER_BATCH)
+            .await?;
+        report.orders_abandoned = swept.abandoned;
+        report.orders_expired = swept.expired;
+        report.orders_retired = self
+            .store
+            .retire_orders(ago(REFUSED_ORDER_KEPT), ago(ORDER_KEPT), ORDER_BATCH)
+            .await?;
+        Ok(())
     }
 
     async fn expire(&self, now: DateTime<Utc>, report: &mut SweepReport) -> Result<(), SweepError> {

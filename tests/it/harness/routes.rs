@@ -56,6 +56,18 @@ pub mod path {
         format!("/vouchers/{code}/reservations/{order}/confirm")
     }
 
+    pub fn order_reservations(order: &str) -> String {
+        format!("/orders/{order}/reservations")
+    }
+
+    pub fn order(order: &str) -> String {
+        format!("/orders/{order}")
+    }
+
+    pub fn order_confirm(order: &str) -> String {
+        format!("/orders/{order}/confirm")
+    }
+
     pub fn campaigns() -> String {
         "/campaigns".to_owned()
     }
@@ -277,6 +289,39 @@ impl TestApp {
     /// `POST /vouchers/{code}/reservations/{order}/confirm`.
     pub async fn confirm(&self, code: &str, order: &str) -> (StatusCode, Value) {
         self.json("POST", &path::confirm(code, order), None).await
+    }
+
+    /// `POST /orders/{order}/reservations`: every code of `codes` or none; the status and the
+    /// raw body text (replays are compared byte for byte).
+    pub async fn reserve_order(
+        &self,
+        order: &str,
+        customer: i64,
+        amount: i64,
+        codes: &[&str],
+    ) -> (StatusCode, String) {
+        let body = json!({"customerId": customer, "orderAmount": amount, "codes": codes});
+        self.call(
+            "POST",
+            &path::order_reservations(order),
+            Some(&body.to_string()),
+        )
+        .await
+    }
+
+    /// `GET /orders/{order}`.
+    pub async fn get_order(&self, order: &str) -> (StatusCode, Value) {
+        self.json("GET", &path::order(order), None).await
+    }
+
+    /// `POST /orders/{order}/confirm`.
+    pub async fn confirm_order(&self, order: &str) -> (StatusCode, Value) {
+        self.json("POST", &path::order_confirm(order), None).await
+    }
+
+    /// `DELETE /orders/{order}`: every code released (`Null` body on success).
+    pub async fn release_order(&self, order: &str) -> (StatusCode, Value) {
+        self.json("DELETE", &path::order(order), None).await
     }
 
     /// `POST /campaigns`.

@@ -13,8 +13,9 @@ use utoipa::ToSchema;
 use crate::domain::schema::{Amount, CustomerId, StoredCode, Timestamp};
 use crate::domain::{
     Budget, CampaignView, CodeItem, Confirmation, CreateCampaignRequest, CreateVoucherRequest,
-    Eligibility, OrderId, PatchCampaignRequest, PatchVoucherRequest, Reservation, ReservationItem,
-    ReservationView, ReserveRequest, Status, ValidateRequest, VoucherCode, VoucherView,
+    Eligibility, OrderId, OrderRequest, OrderView, PatchCampaignRequest, PatchVoucherRequest,
+    Reservation, ReservationItem, ReservationView, ReserveRequest, Status, ValidateRequest,
+    VoucherCode, VoucherView,
 };
 use crate::reservations::Warmed;
 
@@ -46,6 +47,8 @@ pub(super) fn components() -> Components {
     add::<ReservationView>(&mut schemas);
     add::<ReservationItem>(&mut schemas);
     add::<Confirmation>(&mut schemas);
+    add::<OrderRequest>(&mut schemas);
+    add::<OrderView>(&mut schemas);
     add::<CreateCampaignRequest>(&mut schemas);
     add::<PatchCampaignRequest>(&mut schemas);
     add::<CampaignView>(&mut schemas);
@@ -114,6 +117,13 @@ pub(super) fn components() -> Components {
             ),
         )
         .response(
+            "OrderNotFound",
+            error_response(
+                "No order has this orderId (or it was refused and holds nothing).",
+                &["ORDER_NOT_FOUND"],
+            ),
+        )
+        .response(
             "CampaignNotFound",
             error_response("No such campaign.", &["CAMPAIGN_NOT_FOUND"]),
         )
@@ -177,6 +187,10 @@ fn error() -> RefOr<Schema> {
         .property(
             "reason",
             text("Only on 422 NOT_ELIGIBLE: why the voucher does not apply."),
+        )
+        .property(
+            "code",
+            text("Only on an order's answers: the code that refused or failed."),
         )
         .additional_properties(Some(
             utoipa::openapi::schema::AdditionalProperties::FreeForm(false),

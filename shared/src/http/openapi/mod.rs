@@ -124,6 +124,12 @@ fn implied(route: &Route, mut op: Operation) -> Operation {
                 "Voucher code, case-insensitive.",
                 serde_json::json!("SALE100K"),
             ),
+            "order_id" if route.path.starts_with("/orders") => (
+                "orderId",
+                Ref::from_schema_name("OrderId").into(),
+                "The order's id, as given to its reserve.",
+                serde_json::json!("order-1"),
+            ),
             "order_id" => (
                 "orderId",
                 Ref::from_schema_name("OrderId").into(),

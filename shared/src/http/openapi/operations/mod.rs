@@ -2,14 +2,16 @@
 //! what it answers. The route table names them (`Route::api`); the path parameters and the
 //! answers every route of their kind gives (400, 413, 415, 503) are added from the route
 //! (`super::implied`). Here the helpers they share; the operations by resource, as the
-//! handlers are: `vouchers`, `reservations`, `campaigns`, `service`.
+//! handlers are: `vouchers`, `reservations`, `orders`, `campaigns`, `service`.
 
 mod campaigns;
+mod orders;
 mod reservations;
 mod service;
 mod vouchers;
 
 pub use campaigns::*;
+pub use orders::*;
 pub use reservations::*;
 pub use service::*;
 pub use vouchers::*;

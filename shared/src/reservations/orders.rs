@@ -1,0 +1,301 @@
+//! Orders of several codes, all or none (docs/ARCHITECTURE.md, "Orders of several codes").
+//!
+//! The order's row is written PENDING first; then each code is reserved as a single reserve
+//! would be (`Reservations::reserve`, with the order's orderId: the gate for a flash code, group
+//! commit for a standard one, mode A or B), one after another in the [`stacking`] order, each on
+//! the amount the codes before it left. All held: the row becomes RESERVED, and the 201 is
+//! built from it. A code refuses: the codes already held are released before the answer, and the
+//! row becomes REFUSED with the refusal, which a retry gets again. A code fails (503): the order
+//! stays PENDING with what it holds; a retry of the same request goes on where it stopped (each
+//! code's reserve is a replay for what it holds), and the sweeper gives back what an order still
+//! pending after `ORDER_LEASE_SECONDS` holds (a crash between two codes). Confirm, release and
+//! expiry move the row first, in one statement, then every code.
+
+use chrono::Utc;
+
+use super::error::{ConfirmError, OrderError, ReleaseError, ReserveError};
+use super::Reservations;
+use crate::domain::{
+    self, stacking, NewOrder, OrderId, OrderItem, OrderView, Reservation, Reserve, ReserveOutcome,
+    Status, VoucherCode,
+};
+use crate::store::{OrderState, StoredOrder};
+
+impl Reservations {
+    pub async fn reserve_order(&self, o: &NewOrder) -> Result<OrderView, OrderError> {
+        // What can be refused before anything is written: an unknown code, an exclusive one.
+        for code in &o.codes {
+            let kind = self
+                .kind(code)
+                .await
+                .map_err(|e| OrderError::reserve(code, e.into()))?;
+            match kind {
+                None => return Err(OrderError::reserve(code, ReserveError::VoucherNotFound)),
+                Some(k) if k.exclusive && o.codes.len() > 1 => {
+                    return Err(OrderError::NotCombinable(code.as_str().to_owned()))
+                }
+                Some(_) => {}
+            }
+        }
+        let now = domain::millis(Utc::now());
+        match self.store.begin_order(o, now).await? {
+            None => {}
+            Some(stored) if !stored.is(o) => return Err(OrderError::Conflict),
+            // A retry of an order a failure left pending (or of one being decided now) goes on
+            // with it: what it holds answers as replays.
+            Some(stored) if stored.state == OrderState::Pending => {}
+            Some(stored) => return answer_of(o, &stored),
+        }
+        self.decide(o).await
+    }
+
+    /// Reserves the pending order's codes, then settles it.
+    async fn decide(&self, o: &NewOrder) -> Result<OrderView, OrderError> {
+        let percent = self
+            .store
+            .percent_discounts(&o.codes)
+            .await?
+            .ok_or(OrderError::NotFound)?;
+        let mut left = o.order_amount;
+        let mut held: Vec<(usize, Reservation)> = Vec::with_capacity(o.codes.len());
+        for i in stacking(&percent) {
+            let code = &o.codes[i];
+            let reserve = Reserve {
+                code: code.clone(),
+                order_id: o.order_id.clone(),
+                customer_id: o.customer_id,
+                order_amount: left,
+            };
+            match self.reserve(&reserve).await {
+                Ok(r) => {
+                    left -= r.discount_amount;
+                    held.push((i, r));
+                }
+                Err(error) => return self.refused(o, code, error, &held).await,
+            }
+        }
+        let mut discounts = vec![0; o.codes.len()];
+        for (i, r) in &held {
+            discounts[*i] = r.discount_amount;
+        }
+        let expires_at = held
+            .iter()
+            .map(|(_, r)| r.expires_at)
+            .min()
+            .expect("an order has a code");
+        let now = domain::millis(Utc::now());
+        if self
+            .store
+            .settle_order_reserved(&o.order_id, &discounts, expires_at, now)
+            .await?
+        {
+            return Ok(view(o, Status::Reserved, &discounts, expires_at));
+        }
+        // Settled meanwhile: by a twin request (the same answer), or released by a DELETE or
+        // the sweeper, whose uses this request may have taken after they looked.
+        let stored = self
+            .store
+            .order(&o.order_id)
+            .await?
+            .ok_or(OrderError::NotFound)?;
+        if stored.state == OrderState::Released {
+            self.release_codes(&o.order_id, &held_codes(o, &held))
+                .await?;
+        }
+        answer_of(o, &stored)
+    }
+
+    /// A code did not give its use: a refusal gives back what the order holds (`held`, the codes
+    /// before it) before it is answered; a failure leaves the order pending for a retry (or the
+    /// sweeper). Only what this order was given is released: a code refused with
+    /// ORDER_CONFLICT holds the orderId for another customer, whose use is not the order's.
+    async fn refused(
+        &self,
+        o: &NewOrder,
+        code: &VoucherCode,
+        error: ReserveError,
+        held: &[(usize, Reservation)],
+    ) -> Result<OrderView, OrderError> {
+        let Some(outcome) = error.outcome() else {
+            return Err(OrderError::reserve(code, error));
+        };
+        self.release_codes(&o.order_id, &held_codes(o, held))
+            .await?;
+        let now = domain::millis(Utc::now());
+        if self
+            .store
+            .settle_order_refused(&o.order_id, outcome.as_str(), code.as_str(), now)
+            .await?
+        {
+            return Err(OrderError::reserve(code, error));
+        }
+        let stored = self
+            .store
+            .order(&o.order_id)
+            .await?
+            .ok_or(OrderError::NotFound)?;
+        answer_of(o, &stored)
+    }
+
+    /// Releases each code's use of the order, those it holds; a code it never held is skipped.
+    async fn release_codes(
+        &self,
+        order_id: &OrderId,
+        codes: &[VoucherCode],
+    ) -> Result<(), OrderError> {
+        for code in codes {
+            match self.release(code, order_id).await {
+                Ok(()) | Err(ReleaseError::NotFound) => {}
+                Err(error) => {
+                    return Err(OrderError::Release {
+                        code: code.as_str().to_owned(),
+                        error,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn order(&self, id: &OrderId) -> Result<OrderView, OrderError> {
+        let stored = self.store.order(id).await?.ok_or(OrderError::NotFound)?;
+        let status = match stored.state {
+            OrderState::Pending => return Err(OrderError::Pending),
+            OrderState::Refused => return Err(OrderError::NotFound),
+            OrderState::Reserved => Status::Reserved,
+            OrderState::Confirmed => Status::Confirmed,
+            OrderState::Released => Status::Released,
+        };
+        stored_view(id, &stored, status).ok_or(OrderError::NotFound)
+    }
+
+    /// Confirms every code of a reserved order (idempotent). The order is claimed first: from
+    /// then on the sweeper does not expire it, and a confirm that fails midway (503) is finished
+    /// by its retry.
+    pub async fn confirm_order(&self, id: &OrderId) -> Result<OrderView, OrderError> {
+        let now = domain::millis(Utc::now());
+        let stored = self
+            .store
+            .confirm_order(id, now)
+            .await?
+            .ok_or(OrderError::NotFound)?;
+        match stored.state {
+            OrderState::Confirmed => {}
+            OrderState::Pending => return Err(OrderError::Pending),
+            OrderState::Reserved | OrderState::Released | OrderState::Refused => {
+                return Err(OrderError::Released)
+            }
+        }
+        let codes = codes_of(&stored)?;
+        for code in &codes {
+            match self.confirm(code, id).await {
+                Ok(_) => {}
+                // Its own reservation expired before the order was claimed (its sweep ran
+                // first): the order cannot hold every code, so it holds none.
+                Err(ConfirmError::Released) => {
+                    self.store.release_order(id, now).await?;
+                    self.release_codes(id, &codes).await?;
+                    return Err(OrderError::Released);
+                }
+                Err(error) => {
+                    return Err(OrderError::Confirm {
+                        code: code.as_str().to_owned(),
+                        error,
+                    })
+                }
+            }
+        }
+        stored_view(id, &stored, Status::Confirmed).ok_or(OrderError::NotFound)
+    }
+
+    /// Releases every code of the order (idempotent: a released or refused order answers as
+    /// done, and a release that failed midway is finished by its retry).
+    pub async fn release_order(&self, id: &OrderId) -> Result<(), OrderError> {
+        let now = domain::millis(Utc::now());
+        let stored = self
+            .store
+            .release_order(id, now)
+            .await?
+            .ok_or(OrderError::NotFound)?;
+        if stored.state == OrderState::Refused {
+            return Ok(());
+        }
+        self.release_codes(id, &codes_of(&stored)?).await
+    }
+}
+
+/// The codes an order was given, from the indexes `decide` keeps.
+fn held_codes(o: &NewOrder, held: &[(usize, Reservation)]) -> Vec<VoucherCode> {
+    held.iter().map(|(i, _)| o.codes[*i].clone()).collect()
+}
+
+fn codes_of(stored: &StoredOrder) -> Result<Vec<VoucherCode>, OrderError> {
+    stored
+        .codes
+        .iter()
+        .map(|c| VoucherCode::parse(c).map_err(OrderError::Invalid))
+        .collect()
+}
+
+/// What a retry of an order already settled gets: the first 201's bytes, or its refusal.
+fn answer_of(o: &NewOrder, stored: &StoredOrder) -> Result<OrderView, OrderError> {
+    match stored.state {
+        OrderState::Pending => Err(OrderError::Pending),
+        OrderState::Reserved | OrderState::Confirmed => {
+            stored_view(&o.order_id, stored, Status::Reserved).ok_or(OrderError::NotFound)
+        }
+        OrderState::Released => Err(OrderError::Released),
+        OrderState::Refused => {
+            let (word, code) = stored.refusal.clone().ok_or(OrderError::NotFound)?;
+            let error = ReserveOutcome::parse(&word)
+                .and_then(ReserveError::refusal)
+                .ok_or(OrderError::Released)?;
+            Err(OrderError::Reserve { code, error })
+        }
+    }
+}
+
+fn stored_view(id: &OrderId, stored: &StoredOrder, status: Status) -> Option<OrderView> {
+    let discounts = stored.discounts.as_ref()?;
+    let items = stored
+        .codes
+        .iter()
+        .zip(discounts)
+        .map(|(code, d)| OrderItem {
+            code: code.clone(),
+            discount_amount: *d,
+        })
+        .collect();
+    Some(OrderView {
+        order_id: id.as_str().to_owned(),
+        customer_id: stored.customer_id,
+        status,
+        discount_amount: discounts.iter().sum(),
+        items,
+        expires_at: stored.expires_at?,
+    })
+}
+
+fn view(
+    o: &NewOrder,
+    status: Status,
+    discounts: &[i64],
+    expires_at: chrono::DateTime<Utc>,
+) -> OrderView {
+    OrderView {
+        order_id: o.order_id.as_str().to_owned(),
+        customer_id: o.customer_id,
+        status,
+        discount_amount: discounts.iter().sum(),
+        items: o
+            .codes
+            .iter()
+            .zip(discounts)
+            .map(|(code, d)| OrderItem {
+                code: code.as_str().to_owned(),
+                discount_amount: *d,
+            })
+            .collect(),
+        expires_at,
+    }
+}
