@@ -492,3 +492,70 @@ async fn an_orders_codes_expire_together() {
         (StatusCode::CONFLICT, &json!("RESERVATION_RELEASED"))
     );
 }
+
+/// A refused order is kept a day (its retries get the refusal), a released or confirmed one 30
+/// days; then the sweeper deletes it. Its codes' reservations stay.
+#[tokio::test]
+async fn settled_orders_are_deleted_after_their_keeping() {
+    let app = TestApp::spawn().await;
+    app.voucher("KEEP", 10, json!({})).await;
+    app.voucher("ONE", 1, json!({})).await;
+    assert_eq!(
+        app.reserve("ONE", 1, "taken", 500_000).await.0,
+        StatusCode::CREATED
+    );
+    let refused = app
+        .reserve_order("o-refused", 7, 500_000, &["KEEP", "ONE"])
+        .await;
+    assert_eq!(refused.0, StatusCode::CONFLICT);
+    for (customer, order) in [(8, "o-released"), (9, "o-confirmed"), (10, "o-young")] {
+        let (status, text) = app.reserve_order(order, customer, 500_000, &["KEEP"]).await;
+        assert_eq!(status, StatusCode::CREATED, "{text}");
+    }
+    assert_eq!(
+        app.release_order("o-released").await.0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(app.confirm_order("o-confirmed").await.0, StatusCode::OK);
+    assert_eq!(app.confirm_order("o-young").await.0, StatusCode::OK);
+
+    let age = |order: &'static str, days: i32| {
+        let db = &app.db;
+        async move {
+            db.execute(
+                "UPDATE customer_order SET settled_at = settled_at - make_interval(days => $2)
+                  WHERE order_id = $1",
+                &[&order, &days],
+            )
+            .await
+            .unwrap();
+        }
+    };
+    // A day is enough for the refusal, not for the others.
+    for order in ["o-refused", "o-released", "o-confirmed"] {
+        age(order, 2).await;
+    }
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.orders_retired, 1);
+    let (status, text) = app
+        .reserve_order("o-refused", 7, 500_000, &["KEEP", "ONE"])
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "decided again: KEEP's orderId is spent"
+    );
+    assert_eq!(body(&text)["error"], "RESERVATION_RELEASED");
+
+    for order in ["o-released", "o-confirmed"] {
+        age(order, 30).await;
+    }
+    let report = app.app.sweeper().sweep().await.unwrap();
+    assert_eq!(report.orders_retired, 2);
+    assert_eq!(app.get_order("o-confirmed").await.0, StatusCode::NOT_FOUND);
+    assert_eq!(app.get_order("o-young").await.0, StatusCode::OK);
+    assert_eq!(
+        statuses(&app, "o-confirmed", &["KEEP"]).await,
+        ["CONFIRMED"]
+    );
+}
