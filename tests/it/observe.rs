@@ -402,6 +402,43 @@ async fn the_console_shows_a_sale_as_it_happens() {
         .unwrap();
     assert_eq!(view["active"], false);
 
+    // An order of several codes: each code's reservation row names the order's codes.
+    let (first, second) = (format!("{code}-A"), format!("{code}-B"));
+    create(&client, &url, &first, 10).await;
+    create(&client, &url, &second, 10).await;
+    let response = client
+        .post(format!("{url}/orders/multi-1/reservations"))
+        .json(&json!({"customerId": 9, "orderAmount": 500_000, "codes": [first, second]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    browser
+        .goto(&format!("{url}/console#voucher={second}"))
+        .await
+        .unwrap();
+    let want = format!("multi-1 9 RESERVED 100,000 {first} + {second}");
+    let started = Instant::now();
+    loop {
+        let rows = match browser
+            .find(fantoccini::Locator::Css("#reservations tbody"))
+            .await
+        {
+            Ok(e) => e.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        // Cells are apart by tabs in the page's text.
+        let rows = rows.split_whitespace().collect::<Vec<_>>().join(" ");
+        if rows.contains(&want) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the reservations show {rows:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     browser.close().await.unwrap();
     let _ = driver.kill().await;
 }

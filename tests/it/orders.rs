@@ -76,6 +76,11 @@ async fn fixed_discounts_come_first_and_percentages_apply_to_what_is_left() {
         ])
     );
     // Each code's use is its own reservation, with the discount it gave.
+    let (_, page) = app.list_reservations("PCT10", &[]).await;
+    assert_eq!(
+        page["items"][0]["orderCodes"],
+        json!(["PCT10", "FIX30", "PCT50"])
+    );
     let (_, r) = app.get_reservation("PCT10", "o-stack").await;
     assert_eq!(
         (&r["status"], &r["discountAmount"]),

@@ -212,4 +212,9 @@ pub struct ReservationItem {
     /// flash-sale use Postgres refused); null unless released.
     #[schema(required = true)]
     pub release_reason: Option<String>,
+    /// Absent unless the reservation is one code of an order of several codes
+    /// (`/orders/{orderId}`): that order's codes, this one among them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<super::VoucherCode>>, nullable = false)]
+    pub order_codes: Option<Vec<String>>,
 }

@@ -33,7 +33,7 @@ impl Store {
                 .query_typed(
                     "SELECT r.order_id, r.customer_id, r.status, r.discount_amount, r.order_amount,
                             r.reserved_at, r.expires_at, r.confirmed_at, r.released_at,
-                            r.release_reason
+                            r.release_reason, o.codes AS order_codes
                        FROM voucher v
                        LEFT JOIN LATERAL (
                             SELECT * FROM redemption x
@@ -43,6 +43,9 @@ impl Store {
                                AND ($4::bigint IS NULL OR x.customer_id = $4)
                              ORDER BY x.order_id
                              LIMIT $5) r ON true
+                       -- The order of several codes this reservation is one code of, if any.
+                       LEFT JOIN customer_order o
+                              ON o.order_id = r.order_id AND r.voucher_code = ANY (o.codes)
                       WHERE v.code = $1
                       ORDER BY r.order_id",
                     &[
@@ -76,6 +79,7 @@ impl Store {
                     confirmed_at: row.get("confirmed_at"),
                     released_at: row.get("released_at"),
                     release_reason: row.get("release_reason"),
+                    order_codes: row.get("order_codes"),
                 });
             }
             let next = page_next(&mut items, list.limit, |r| {
