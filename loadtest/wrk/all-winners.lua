@@ -1,6 +1,8 @@
 -- wrk script: every request reserves for a new customer with a new orderId, so on a voucher
--- whose limit never runs out every request should win (201). Usage:
---   wrk -t2 -c64 -d10s -s all-winners.lua http://127.0.0.1:3900 -- CODE
+-- whose limit never runs out every request should win (201). One code: its reserve
+-- (`POST /vouchers/{code}/reservations`); several: an order of those codes
+-- (`POST /orders/{orderId}/reservations`). Usage:
+--   wrk -t2 -c64 -d10s -s all-winners.lua http://127.0.0.1:3900 -- CODE [CODE...]
 local threads = {}
 local next_thread = 0
 
@@ -13,6 +15,13 @@ end
 function init(args)
   code = args[1] or "ALLWIN"
   path = "/vouchers/" .. code .. "/reservations"
+  if #args > 1 then
+    local quoted = {}
+    for i, c in ipairs(args) do
+      quoted[i] = '"' .. c .. '"'
+    end
+    codes = table.concat(quoted, ",")
+  end
   n = 0
   -- Distinct across threads (each run uses a voucher of its own).
   base = tid * 1000000000
@@ -22,6 +31,10 @@ end
 function request()
   n = n + 1
   local customer = base + n
+  if codes then
+    local body = string.format('{"customerId":%d,"orderAmount":500000,"codes":[%s]}', customer, codes)
+    return wrk.format("POST", "/orders/w" .. customer .. "/reservations", headers, body)
+  end
   local body = string.format('{"customerId":%d,"orderId":"w%d","orderAmount":500000}', customer, customer)
   return wrk.format("POST", path, headers, body)
 end

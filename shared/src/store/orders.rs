@@ -5,7 +5,7 @@
 //! follows in the same sweep releases them together.
 
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
 use super::Store;
@@ -171,24 +171,15 @@ impl Store {
         expires_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        timed(Dependency::Postgres, "settle_order", async {
-            let n = self
-                .client()
-                .await?
-                .execute_typed(
-                    "UPDATE customer_order SET state = 2, discounts = $2, expires_at = $3,
-                                               settled_at = $4
-                      WHERE order_id = $1 AND state = 1",
-                    &[
-                        (&id.as_str(), Type::TEXT),
-                        (&discounts, Type::INT8_ARRAY),
-                        (&expires_at, Type::TIMESTAMPTZ),
-                        (&now, Type::TIMESTAMPTZ),
-                    ],
-                )
-                .await?;
-            Ok(n == 1)
-        })
+        self.settle_order(
+            "state = 2, discounts = $3, expires_at = $4",
+            &[
+                (&id.as_str(), Type::TEXT),
+                (&now, Type::TIMESTAMPTZ),
+                (&discounts, Type::INT8_ARRAY),
+                (&expires_at, Type::TIMESTAMPTZ),
+            ],
+        )
         .await
     }
 
@@ -200,20 +191,35 @@ impl Store {
         code: &str,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
+        self.settle_order(
+            "state = 5, refusal = $3, refused_code = $4",
+            &[
+                (&id.as_str(), Type::TEXT),
+                (&now, Type::TIMESTAMPTZ),
+                (&refusal, Type::TEXT),
+                (&code, Type::TEXT),
+            ],
+        )
+        .await
+    }
+
+    /// Settles a PENDING order (`$1` its id, `$2` the instant): only a pending order moves, so
+    /// of two requests settling one order, or a request and the sweeper, one wins.
+    async fn settle_order(
+        &self,
+        set: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<bool, StoreError> {
         timed(Dependency::Postgres, "settle_order", async {
             let n = self
                 .client()
                 .await?
                 .execute_typed(
-                    "UPDATE customer_order SET state = 5, refusal = $2, refused_code = $3,
-                                               settled_at = $4
-                      WHERE order_id = $1 AND state = 1",
-                    &[
-                        (&id.as_str(), Type::TEXT),
-                        (&refusal, Type::TEXT),
-                        (&code, Type::TEXT),
-                        (&now, Type::TIMESTAMPTZ),
-                    ],
+                    &format!(
+                        "UPDATE customer_order SET {set}, settled_at = $2
+                          WHERE order_id = $1 AND state = 1"
+                    ),
+                    params,
                 )
                 .await?;
             Ok(n == 1)
