@@ -1596,6 +1596,7 @@ CREATE TABLE public.customer_order (
     order_amount bigint NOT NULL,
     codes text[] NOT NULL,
     state smallint NOT NULL,
+    decider bigint,
     discounts bigint[],
     expires_at timestamp with time zone,
     refusal text,

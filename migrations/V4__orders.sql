@@ -16,6 +16,9 @@ CREATE TABLE customer_order (
         CONSTRAINT customer_order_amount CHECK (order_amount BETWEEN 0 AND 1000000000000000),
     codes text[] NOT NULL CONSTRAINT customer_order_codes CHECK (cardinality(codes) BETWEEN 1 AND 5),
     state smallint NOT NULL CONSTRAINT customer_order_state CHECK (state BETWEEN 1 AND 5),
+    -- PENDING: the request deciding it (a random token), so that a retry never decides beside
+    -- it; NULL once that request failed and let go, for a retry to take it up.
+    decider bigint,
     -- RESERVED and CONFIRMED (and RELEASED after them): each code's discount, in the order of `codes`, and when the first of
     -- the codes' reservations expires (the order expires with it).
     discounts bigint[],

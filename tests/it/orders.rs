@@ -564,3 +564,62 @@ async fn settled_orders_are_deleted_after_their_keeping() {
         ["CONFIRMED"]
     );
 }
+
+/// Retries of one order arriving together (a client that timed out and tried again): one
+/// request decides it, the others are answered 503 while it does, or its answer once it has.
+/// No retry gives back what another was granted, so every code is held once, or none is.
+#[tokio::test]
+async fn twin_requests_of_one_order_decide_it_once() {
+    let app = Arc::new(TestApp::spawn().await);
+    app.voucher("TWIN-A", 10, json!({})).await;
+    app.voucher("TWIN-F", 10, json!({"flashSale": true})).await;
+    app.voucher("TWIN-1", 1, json!({})).await;
+    assert_eq!(
+        app.reserve("TWIN-1", 1, "taken", 500_000).await.0,
+        StatusCode::CREATED
+    );
+    for (order, customer, codes, want) in [
+        ("o-twins", 7, ["TWIN-A", "TWIN-F"], StatusCode::CREATED),
+        (
+            "o-twins-refused",
+            8,
+            ["TWIN-F", "TWIN-1"],
+            StatusCode::CONFLICT,
+        ),
+    ] {
+        let barrier = Arc::new(tokio::sync::Barrier::new(8));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (app, barrier) = (app.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    app.reserve_order(order, customer, 500_000, &codes).await
+                })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for task in tasks {
+            let (status, text) = task.await.unwrap();
+            assert!(
+                status == want || status == StatusCode::SERVICE_UNAVAILABLE,
+                "{status}: {text}"
+            );
+            if status == want {
+                answers.push(text);
+            }
+        }
+        // Every decided answer is the same, and a retry now gets it too.
+        let (status, last) = app.reserve_order(order, customer, 500_000, &codes).await;
+        assert_eq!(status, want, "{last}");
+        assert!(answers.iter().all(|a| *a == last), "{answers:?} / {last}");
+    }
+    assert_eq!(
+        (used(&app, "TWIN-A").await, used(&app, "TWIN-F").await),
+        (1, 1)
+    );
+    assert_eq!(used(&app, "TWIN-1").await, 1, "the order taken before");
+    assert_eq!(
+        statuses(&app, "o-twins-refused", &["TWIN-F", "TWIN-1"]).await,
+        ["RELEASED", "NONE"]
+    );
+}

@@ -6,9 +6,11 @@
 //! the amount the codes before it left. All held: the row becomes RESERVED, and the 201 is
 //! built from it. A code refuses: the codes already held are released before the answer, and the
 //! row becomes REFUSED with the refusal, which a retry gets again. A code fails (503): the order
-//! stays PENDING with what it holds; a retry of the same request goes on where it stopped (each
-//! code's reserve is a replay for what it holds), and the sweeper gives back what an order still
-//! pending after `ORDER_LEASE_SECONDS` holds (a crash between two codes). Confirm, release and
+//! stays PENDING with what it holds and its request lets go of it; a retry of the same request
+//! takes it up where it stopped (each code's reserve is a replay for what it holds). One request
+//! decides a pending order at a time (`decider`): a retry meanwhile is answered 503. The sweeper
+//! gives back what an order still pending after `ORDER_LEASE_SECONDS` holds (a crash between two
+//! codes). Confirm, release and
 //! expiry move the row first, in one statement, then every code.
 
 use chrono::Utc;
@@ -38,19 +40,28 @@ impl Reservations {
             }
         }
         let now = domain::millis(Utc::now());
-        match self.store.begin_order(o, now).await? {
-            None => {}
+        // One request decides a pending order at a time: two at once would each give back what
+        // the other was granted (the model found it: `model/src/orders.rs`).
+        let decider = uuid::Uuid::new_v4().as_u64_pair().0 as i64;
+        let decides = match self.store.begin_order(o, decider, now).await? {
+            None => true,
             Some(stored) if !stored.is(o) => return Err(OrderError::Conflict),
-            // A retry of an order a failure left pending (or of one being decided now) goes on
-            // with it: what it holds answers as replays.
-            Some(stored) if stored.state == OrderState::Pending => {}
+            // A retry of an order whose decider failed and let go takes it up: what it holds
+            // answers as replays. One being decided now, or stranded by a crash (the sweeper
+            // releases it after the lease), is not decided beside it.
+            Some(stored) if stored.state == OrderState::Pending => {
+                self.store.take_up_order(&o.order_id, decider).await?
+            }
             Some(stored) => return answer_of(o, &stored),
+        };
+        if !decides {
+            return Err(OrderError::Pending);
         }
-        self.decide(o).await
+        self.decide(o, decider).await
     }
 
     /// Reserves the pending order's codes, then settles it.
-    async fn decide(&self, o: &NewOrder) -> Result<OrderView, OrderError> {
+    async fn decide(&self, o: &NewOrder, decider: i64) -> Result<OrderView, OrderError> {
         let percent = self
             .store
             .percent_discounts(&o.codes)
@@ -71,7 +82,7 @@ impl Reservations {
                     left -= r.discount_amount;
                     held.push((i, r));
                 }
-                Err(error) => return self.refused(o, code, error, &held).await,
+                Err(error) => return self.refused(o, decider, code, error, &held).await,
             }
         }
         let mut discounts = vec![0; o.codes.len()];
@@ -86,7 +97,7 @@ impl Reservations {
         let now = domain::millis(Utc::now());
         if self
             .store
-            .settle_order_reserved(&o.order_id, &discounts, expires_at, now)
+            .settle_order_reserved(&o.order_id, decider, &discounts, expires_at, now)
             .await?
         {
             return Ok(view(o, Status::Reserved, &discounts, expires_at));
@@ -112,11 +123,17 @@ impl Reservations {
     async fn refused(
         &self,
         o: &NewOrder,
+        decider: i64,
         code: &VoucherCode,
         error: ReserveError,
         held: &[(usize, Reservation)],
     ) -> Result<OrderView, OrderError> {
         let Some(outcome) = error.outcome() else {
+            // Let go, for the client's retry to take it up; if even that fails, the order is
+            // the sweeper's after the lease.
+            if let Err(e) = self.store.let_go_of_order(&o.order_id, decider).await {
+                tracing::warn!(error = %crate::telemetry::Chain(&e), "an order's decider could not let go");
+            }
             return Err(OrderError::reserve(code, error));
         };
         self.release_codes(&o.order_id, &held_codes(o, held))
@@ -124,7 +141,7 @@ impl Reservations {
         let now = domain::millis(Utc::now());
         if self
             .store
-            .settle_order_refused(&o.order_id, outcome.as_str(), code.as_str(), now)
+            .settle_order_refused(&o.order_id, decider, outcome.as_str(), code.as_str(), now)
             .await?
         {
             return Err(OrderError::reserve(code, error));

@@ -100,11 +100,12 @@ pub struct OrdersSwept {
 }
 
 impl Store {
-    /// Writes the order PENDING unless its orderId is taken. None: written now; Some: the order
-    /// already under that orderId (a retry, or another order).
+    /// Writes the order PENDING, decided by `decider`, unless its orderId is taken. None:
+    /// written now; Some: the order already under that orderId (a retry, or another order).
     pub async fn begin_order(
         &self,
         o: &NewOrder,
+        decider: i64,
         now: DateTime<Utc>,
     ) -> Result<Option<StoredOrder>, StoreError> {
         timed(Dependency::Postgres, "begin_order", async {
@@ -113,8 +114,8 @@ impl Store {
             let written = client
                 .query_typed(
                     "INSERT INTO customer_order (order_id, customer_id, order_amount, codes, state,
-                                                 created_at)
-                     VALUES ($1, $2, $3, $4, 1, $5)
+                                                 decider, created_at)
+                     VALUES ($1, $2, $3, $4, 1, $5, $6)
                      ON CONFLICT (order_id) DO NOTHING
                      RETURNING order_id",
                     &[
@@ -122,6 +123,7 @@ impl Store {
                         (&o.customer_id, Type::INT8),
                         (&o.order_amount, Type::INT8),
                         (&codes, Type::TEXT_ARRAY),
+                        (&decider, Type::INT8),
                         (&now, Type::TIMESTAMPTZ),
                     ],
                 )
@@ -142,6 +144,40 @@ impl Store {
                 .transpose()?
                 .map(Some)
                 .ok_or(StoreError::NoRow)
+        })
+        .await
+    }
+
+    /// Takes up a PENDING order nobody decides (its last decider failed and let go). false:
+    /// a request decides it now, or it is no longer pending.
+    pub async fn take_up_order(&self, id: &OrderId, decider: i64) -> Result<bool, StoreError> {
+        timed(Dependency::Postgres, "take_up_order", async {
+            let n = self
+                .client()
+                .await?
+                .execute_typed(
+                    "UPDATE customer_order SET decider = $2
+                      WHERE order_id = $1 AND state = 1 AND decider IS NULL",
+                    &[(&id.as_str(), Type::TEXT), (&decider, Type::INT8)],
+                )
+                .await?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    /// The decider of a PENDING order lets go of it (it failed), for a retry to take it up.
+    pub async fn let_go_of_order(&self, id: &OrderId, decider: i64) -> Result<(), StoreError> {
+        timed(Dependency::Postgres, "let_go_of_order", async {
+            self.client()
+                .await?
+                .execute_typed(
+                    "UPDATE customer_order SET decider = NULL
+                      WHERE order_id = $1 AND state = 1 AND decider = $2",
+                    &[(&id.as_str(), Type::TEXT), (&decider, Type::INT8)],
+                )
+                .await?;
+            Ok(())
         })
         .await
     }
@@ -167,15 +203,17 @@ impl Store {
     pub async fn settle_order_reserved(
         &self,
         id: &OrderId,
+        decider: i64,
         discounts: &[i64],
         expires_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         self.settle_order(
-            "state = 2, discounts = $3, expires_at = $4",
+            "state = 2, discounts = $4, expires_at = $5",
             &[
                 (&id.as_str(), Type::TEXT),
                 (&now, Type::TIMESTAMPTZ),
+                (&decider, Type::INT8),
                 (&discounts, Type::INT8_ARRAY),
                 (&expires_at, Type::TIMESTAMPTZ),
             ],
@@ -187,15 +225,17 @@ impl Store {
     pub async fn settle_order_refused(
         &self,
         id: &OrderId,
+        decider: i64,
         refusal: &str,
         code: &str,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         self.settle_order(
-            "state = 5, refusal = $3, refused_code = $4",
+            "state = 5, refusal = $4, refused_code = $5",
             &[
                 (&id.as_str(), Type::TEXT),
                 (&now, Type::TIMESTAMPTZ),
+                (&decider, Type::INT8),
                 (&refusal, Type::TEXT),
                 (&code, Type::TEXT),
             ],
@@ -203,8 +243,8 @@ impl Store {
         .await
     }
 
-    /// Settles a PENDING order (`$1` its id, `$2` the instant): only a pending order moves, so
-    /// of two requests settling one order, or a request and the sweeper, one wins.
+    /// Settles a PENDING order (`$1` its id, `$2` the instant, `$3` its decider): only a pending
+    /// order its decider holds moves, so of a request and the sweeper (or a DELETE), one wins.
     async fn settle_order(
         &self,
         set: &str,
@@ -216,8 +256,8 @@ impl Store {
                 .await?
                 .execute_typed(
                     &format!(
-                        "UPDATE customer_order SET {set}, settled_at = $2
-                          WHERE order_id = $1 AND state = 1"
+                        "UPDATE customer_order SET {set}, decider = NULL, settled_at = $2
+                          WHERE order_id = $1 AND state = 1 AND decider = $3"
                     ),
                     params,
                 )
@@ -253,7 +293,8 @@ impl Store {
     ) -> Result<Option<StoredOrder>, StoreError> {
         self.move_order(
             "release_order",
-            "UPDATE customer_order SET state = 4, release_reason = 'CANCELLED', settled_at = $2
+            "UPDATE customer_order SET state = 4, release_reason = 'CANCELLED', settled_at = $2,
+                                       decider = NULL
               WHERE order_id = $1 AND state <= 3",
             id,
             now,
@@ -341,7 +382,7 @@ impl Store {
                         ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED),
                      o AS (
                        UPDATE customer_order o
-                          SET state = 4, settled_at = $1,
+                          SET state = 4, settled_at = $1, decider = NULL,
                               release_reason = CASE WHEN o.state = 1 THEN 'ABANDONED'
                                                     ELSE 'EXPIRED' END
                         WHERE o.order_id IN (SELECT order_id FROM pending
