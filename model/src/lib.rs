@@ -87,6 +87,11 @@
 //! The properties ([`Protocol::properties`]) are the service's promise. A [`Mutation`] breaks
 //! the protocol on purpose (most are the code before a fix), so that a test shows the checker
 //! catches it.
+//!
+//! Orders of several codes, all or none, have a model of their own in [`orders`], which takes
+//! each code's reserve, release and expiry as one step, as this model checks them to be.
+
+pub mod orders;
 
 use std::fmt;
 
