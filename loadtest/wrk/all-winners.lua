@@ -33,7 +33,9 @@ function request()
   local customer = base + n
   if codes then
     local body = string.format('{"customerId":%d,"orderAmount":500000,"codes":[%s]}', customer, codes)
-    return wrk.format("POST", "/orders/w" .. customer .. "/reservations", headers, body)
+    -- An order's id is the service's, not a code's: named after the first code, so that
+    -- every run (its codes of its own) orders anew.
+    return wrk.format("POST", "/orders/" .. code .. "-" .. customer .. "/reservations", headers, body)
   end
   local body = string.format('{"customerId":%d,"orderId":"w%d","orderAmount":500000}', customer, customer)
   return wrk.format("POST", path, headers, body)

@@ -44,9 +44,11 @@ measure() { # TURN CASE
     # shellcheck disable=SC2086
     out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s loadtest/wrk/all-winners.lua "$BASE" -- $codes)
   fi
+  local bad
+  bad=$(sed -n 's/^not 201: \([0-9]*\) of.*/\1/p' <<<"$out")
   echo "$2 $(awk '/Requests\/sec/ { r = $2 } /^ *50%/ { m = $2 } /^ *99%/ { p = $2 } END { print r, m, p }' <<<"$out") \
-$(sed -n 's/^not 201: \([0-9]*\) of.*/\1/p' <<<"$out") $before $(ticks postgres) $redis_before $(ticks redis-server)" |
-    awk '{ printf "%s %s %s %s %s %.1f %.1f\n", $1, $2, $3, $4, ($5 == "" ? "n/a" : $5), ($7 - $6) * 10000 / $2 / '"${DURATION%s}"', ($9 - $8) * 10000 / $2 / '"${DURATION%s}"' }'
+${bad:-n/a} $before $(ticks postgres) $redis_before $(ticks redis-server)" |
+    awk '{ printf "%s %s %s %s %s %.1f %.1f\n", $1, $2, $3, $4, $5, ($7 - $6) * 10000 / $2 / '"${DURATION%s}"', ($9 - $8) * 10000 / $2 / '"${DURATION%s}"' }'
 }
 results=$(mktemp)
 for turn in 1 2 2 1; do
