@@ -108,7 +108,7 @@ async fn grants(db: &tokio_postgres::Client, role: &str) -> Vec<String> {
 }
 
 /// What the service needs, from the catalog: CONNECT, USAGE on the schema, read, insert and
-/// update on every table but the migrations' records, delete on the two it deletes from, USAGE and SELECT on every sequence, EXECUTE on
+/// update on every table but the migrations' records, delete on those it deletes from, USAGE and SELECT on every sequence, EXECUTE on
 /// every function.
 async fn the_services_grants(db: &tokio_postgres::Client) -> Vec<String> {
     db.query(
@@ -121,8 +121,8 @@ async fn the_services_grants(db: &tokio_postgres::Client) -> Vec<String> {
               WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p', 'v')
                 AND relname NOT IN ('refinery_schema_history', 'fg_sql_function')
                 AND (p <> 'DELETE' OR relname IN ('campaign_customer', 'campaign_rules',
-                                                  'voucher_customer', 'voucher_rules',
-                                                  'voucher_slot'))
+                                                  'customer_order', 'voucher_customer',
+                                                  'voucher_rules', 'voucher_slot'))
              UNION ALL
              SELECT 'sequence ' || relname, p
                FROM pg_class, unnest(ARRAY['USAGE', 'SELECT']) AS p
