@@ -22,7 +22,7 @@ pub struct OrderRequest {
     #[schema(value_type = super::schema::Amount)]
     pub order_amount: i64,
     /// 1 to 5 distinct codes: vouchers or campaigns' codes, standard or flash-sale, mixed.
-    #[schema(min_items = 1, max_items = 5, value_type = Vec<super::VoucherCode>)]
+    #[schema(min_items = 1, max_items = 5, value_type = std::collections::BTreeSet<super::VoucherCode>)]
     pub codes: Vec<String>,
 }
 
