@@ -100,7 +100,15 @@ impl Reservations {
             .settle_order_reserved(&o.order_id, decider, &discounts, expires_at, now)
             .await?
         {
-            return Ok(view(o, Status::Reserved, &discounts, expires_at));
+            let codes = o.codes.iter().map(VoucherCode::as_str);
+            return Ok(view(
+                &o.order_id,
+                o.customer_id,
+                codes,
+                &discounts,
+                Status::Reserved,
+                expires_at,
+            ));
         }
         // Settled meanwhile: by a twin request (the same answer), or released by a DELETE or
         // the sweeper, whose uses this request may have taken after they looked.
@@ -272,44 +280,37 @@ fn answer_of(o: &NewOrder, stored: &StoredOrder) -> Result<OrderView, OrderError
     }
 }
 
+/// The view of a settled order, from its row; None: it never held its codes.
 fn stored_view(id: &OrderId, stored: &StoredOrder, status: Status) -> Option<OrderView> {
-    let discounts = stored.discounts.as_ref()?;
-    let items = stored
-        .codes
-        .iter()
-        .zip(discounts)
-        .map(|(code, d)| OrderItem {
-            code: code.clone(),
-            discount_amount: *d,
-        })
-        .collect();
-    Some(OrderView {
-        order_id: id.as_str().to_owned(),
-        customer_id: stored.customer_id,
+    let codes = stored.codes.iter().map(String::as_str);
+    Some(view(
+        id,
+        stored.customer_id,
+        codes,
+        stored.discounts.as_ref()?,
         status,
-        discount_amount: discounts.iter().sum(),
-        items,
-        expires_at: stored.expires_at?,
-    })
+        stored.expires_at?,
+    ))
 }
 
-fn view(
-    o: &NewOrder,
-    status: Status,
+/// The one way an order's view is built: the 201 and every later read agree byte for byte.
+fn view<'c>(
+    id: &OrderId,
+    customer_id: i64,
+    codes: impl Iterator<Item = &'c str>,
     discounts: &[i64],
+    status: Status,
     expires_at: chrono::DateTime<Utc>,
 ) -> OrderView {
     OrderView {
-        order_id: o.order_id.as_str().to_owned(),
-        customer_id: o.customer_id,
+        order_id: id.as_str().to_owned(),
+        customer_id,
         status,
         discount_amount: discounts.iter().sum(),
-        items: o
-            .codes
-            .iter()
+        items: codes
             .zip(discounts)
             .map(|(code, d)| OrderItem {
-                code: code.as_str().to_owned(),
+                code: code.to_owned(),
                 discount_amount: *d,
             })
             .collect(),

@@ -90,6 +90,20 @@ fn stored(row: &Row) -> Result<StoredOrder, StoreError> {
     })
 }
 
+/// The order's row as it is now; None: no order has this orderId.
+async fn read_order(
+    client: &deadpool_postgres::Client,
+    id: &OrderId,
+) -> Result<Option<StoredOrder>, StoreError> {
+    let rows = client
+        .query_typed(
+            &format!("SELECT {ORDER_COLUMNS} FROM customer_order WHERE order_id = $1"),
+            &[(&id.as_str(), Type::TEXT)],
+        )
+        .await?;
+    rows.first().map(stored).transpose()
+}
+
 /// What the sweeper's order pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OrdersSwept {
@@ -133,15 +147,8 @@ impl Store {
             }
             // A second statement, so a second snapshot: it sees the row the insert met, even
             // one committed after the insert's snapshot was taken.
-            let rows = client
-                .query_typed(
-                    &format!("SELECT {ORDER_COLUMNS} FROM customer_order WHERE order_id = $1"),
-                    &[(&o.order_id.as_str(), Type::TEXT)],
-                )
-                .await?;
-            rows.first()
-                .map(stored)
-                .transpose()?
+            read_order(&client, &o.order_id)
+                .await?
                 .map(Some)
                 .ok_or(StoreError::NoRow)
         })
@@ -185,15 +192,7 @@ impl Store {
     /// The order's row; None: no order has this orderId.
     pub async fn order(&self, id: &OrderId) -> Result<Option<StoredOrder>, StoreError> {
         timed(Dependency::Postgres, "order", async {
-            let rows = self
-                .client()
-                .await?
-                .query_typed(
-                    &format!("SELECT {ORDER_COLUMNS} FROM customer_order WHERE order_id = $1"),
-                    &[(&id.as_str(), Type::TEXT)],
-                )
-                .await?;
-            rows.first().map(stored).transpose()
+            read_order(&self.client().await?, id).await
         })
         .await
     }
@@ -317,13 +316,7 @@ impl Store {
                     &[(&id.as_str(), Type::TEXT), (&now, Type::TIMESTAMPTZ)],
                 )
                 .await?;
-            let rows = client
-                .query_typed(
-                    &format!("SELECT {ORDER_COLUMNS} FROM customer_order WHERE order_id = $1"),
-                    &[(&id.as_str(), Type::TEXT)],
-                )
-                .await?;
-            rows.first().map(stored).transpose()
+            read_order(&client, id).await
         })
         .await
     }
