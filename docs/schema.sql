@@ -509,8 +509,6 @@ DECLARE
     n          INT := COALESCE(array_length(p_codes, 1), 0);
     changes    fg_change[];
     want       RECORD;
-    free       RECORD;
-    got        BIGINT;
     pool_code  TEXT[] := '{}';
     pool_slot  SMALLINT[] := '{}';
     pool_room  BIGINT[] := '{}';
@@ -594,42 +592,19 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'new and given-back uses of one voucher';
     END IF;
 
-    -- Room for each voucher's candidates: slots locked one at a time from a start the batch's
-    -- first order chooses, skipping those other batches hold, until their room covers the
-    -- candidates. When it does not, every slot is locked in order (waiting as needed), and the
-    -- room they hold is all there is: the first candidates take it.
+    -- Room for each voucher's candidates (fg_slot_room): when there is not enough, the room
+    -- there is goes to the first candidates.
     FOR want IN SELECT c.code, count(*) AS wanted, min(c.order_id) AS first_order,
                     x.counter_slots AS k
                FROM unnest(changes) c JOIN voucher x ON x.code = c.code
               WHERE c.kind = 'new_use' AND c.candidate
               GROUP BY c.code, x.counter_slots
               ORDER BY c.code LOOP
-        taken := '{}';
-        rooms := '{}';
-        got := 0;
-        LOOP
-            SELECT x.slot, x.cap - x.used AS room INTO free
-              FROM voucher_slot x
-             WHERE x.voucher_code = want.code AND x.used < x.cap AND x.slot <> ALL (taken)
-             ORDER BY (x.slot - abs(hashtext(want.first_order) % want.k) + want.k) % want.k
-             LIMIT 1
-               FOR UPDATE SKIP LOCKED;
-            EXIT WHEN NOT FOUND;
-            taken := taken || free.slot;
-            rooms := rooms || free.room;
-            got := got + free.room;
-            EXIT WHEN got >= want.wanted;
-        END LOOP;
-        IF got < want.wanted THEN
-            SELECT COALESCE(array_agg(l.slot ORDER BY l.slot), '{}'),
-                   COALESCE(array_agg(l.cap - l.used ORDER BY l.slot), '{}')
-              INTO taken, rooms
-              FROM (SELECT x.slot, x.cap, x.used FROM voucher_slot x
-                     WHERE x.voucher_code = want.code
-                     ORDER BY x.slot
-                       FOR UPDATE) l
-             WHERE l.used < l.cap;
-        END IF;
+        SELECT COALESCE(array_agg(r.slot ORDER BY r.ord), '{}'),
+               COALESCE(array_agg(r.room ORDER BY r.ord), '{}')
+          INTO taken, rooms
+          FROM fg_slot_room(want.code, want.wanted, want.first_order, want.k)
+                 WITH ORDINALITY r(slot, room, ord);
         pool_code := pool_code || array_fill(want.code, ARRAY[cardinality(taken)]);
         pool_slot := pool_slot || taken;
         pool_room := pool_room || rooms;
@@ -901,6 +876,154 @@ BEGIN
            c.flash_sale, NULL::TEXT, NULL::TEXT
       FROM unnest(changes) c
      ORDER BY c.idx;
+END;
+$$;
+
+--
+-- Name: fg_merge_winners(text[], text[], bigint[], bigint[], bigint[], timestamp with time zone[], timestamp with time zone[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_merge_winners(p_codes text[], p_orders text[], p_customers bigint[], p_order_amounts bigint[], p_discounts bigint[], p_reserved_at timestamp with time zone[], p_expires_at timestamp with time zone[]) RETURNS TABLE(idx integer, outcome text, customer_id bigint, status smallint, discount_amount bigint, expires_at timestamp with time zone, flash_sale boolean, error_code text, error_message text)
+    LANGUAGE plpgsql
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    n         INT := COALESCE(array_length(p_codes, 1), 0);
+    want      RECORD;
+    pool_code TEXT[] := '{}';
+    pool_slot SMALLINT[] := '{}';
+    pool_room BIGINT[] := '{}';
+    taken     SMALLINT[];
+    rooms     BIGINT[];
+    written   INT;
+    expected  INT;
+    b_codes   TEXT[];
+    b_deltas  BIGINT[];
+BEGIN
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    IF (SELECT count(DISTINCT (k.code, k.order_id)) FROM unnest(p_codes, p_orders) k(code, order_id)) <> n THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'an order twice in the batch';
+    END IF;
+    -- Only vouchers of their own, each change within its voucher's reservation TTL, and each
+    -- customer's new uses within the per-user limit counted from the batch alone (the upsert
+    -- below checks the counters that exist).
+    IF EXISTS (SELECT 1
+                 FROM unnest(p_codes, p_customers, p_reserved_at, p_expires_at)
+                        i(code, customer, reserved_at, expires_at)
+                 LEFT JOIN voucher v ON v.code = i.code
+                WHERE v.code IS NULL OR v.campaign_id IS NOT NULL OR i.customer IS NULL
+                   OR i.expires_at > i.reserved_at + make_interval(secs => v.reservation_ttl_seconds))
+       OR EXISTS (SELECT 1
+                    FROM unnest(p_codes, p_customers) i(code, customer)
+                    JOIN voucher v ON v.code = i.code
+                   GROUP BY i.code, i.customer, v.per_user_limit
+                  HAVING count(*) > v.per_user_limit) THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'not a batch of plain winners';
+    END IF;
+
+    -- Room for every winner (fg_slot_room), or the batch is not plain.
+    FOR want IN SELECT i.code, count(*) AS wanted, min(i.order_id) AS first_order,
+                       x.counter_slots AS k
+                  FROM unnest(p_codes, p_orders) i(code, order_id)
+                  JOIN voucher x ON x.code = i.code
+                 GROUP BY i.code, x.counter_slots
+                 ORDER BY i.code LOOP
+        SELECT COALESCE(array_agg(r.slot ORDER BY r.ord), '{}'),
+               COALESCE(array_agg(r.room ORDER BY r.ord), '{}')
+          INTO taken, rooms
+          FROM fg_slot_room(want.code, want.wanted, want.first_order, want.k)
+                 WITH ORDINALITY r(slot, room, ord);
+        IF COALESCE((SELECT sum(r) FROM unnest(rooms) r), 0) < want.wanted THEN
+            RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'not room for every winner';
+        END IF;
+        pool_code := pool_code || array_fill(want.code, ARRAY[cardinality(taken)]);
+        pool_slot := pool_slot || taken;
+        pool_room := pool_room || rooms;
+    END LOOP;
+
+    -- The rows, each winner in arrival order filling the pool's slots in turn. A key that exists
+    -- (a retry whose first write landed) raises: fg_merge_strict answers it.
+    WITH pool AS (
+        SELECT p.code, p.slot,
+               sum(p.room) OVER (PARTITION BY p.code ORDER BY p.ord) - p.room AS before,
+               sum(p.room) OVER (PARTITION BY p.code ORDER BY p.ord) AS upto
+          FROM unnest(pool_code, pool_slot, pool_room) WITH ORDINALITY p(code, slot, room, ord)),
+    wins AS (
+        SELECT i.*, row_number() OVER (PARTITION BY i.code ORDER BY i.idx) AS nth
+          FROM unnest(p_codes, p_orders, p_customers, p_order_amounts, p_discounts,
+                      p_reserved_at, p_expires_at)
+                 WITH ORDINALITY AS i(code, order_id, customer, order_amount, discount,
+                                      reserved_at, expires_at, idx))
+    INSERT INTO redemption (voucher_code, order_id, customer_id, status, order_amount,
+                            discount_amount, reserved_at, expires_at, slot)
+    SELECT w.code, w.order_id, w.customer, 1, w.order_amount, w.discount, w.reserved_at,
+           w.expires_at, p.slot
+      FROM wins w
+      JOIN pool p ON p.code = w.code AND w.nth > p.before AND w.nth <= p.upto
+     ORDER BY w.code, w.order_id
+    ON CONFLICT ON CONSTRAINT redemption_pkey DO NOTHING;
+    GET DIAGNOSTICS written = ROW_COUNT;
+    IF written <> n THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'an order already written';
+    END IF;
+
+    SELECT count(DISTINCT (i.code, i.customer)) INTO expected
+      FROM unnest(p_codes, p_customers) i(code, customer);
+    INSERT INTO voucher_customer AS vc (voucher_code, customer_id, active)
+    SELECT i.code, i.customer, count(*)
+      FROM unnest(p_codes, p_customers) i(code, customer)
+     GROUP BY i.code, i.customer
+     ORDER BY i.code, i.customer
+    ON CONFLICT (voucher_code, customer_id) DO UPDATE SET active = vc.active + EXCLUDED.active
+     WHERE vc.active + EXCLUDED.active
+           <= (SELECT x.per_user_limit FROM voucher x WHERE x.code = vc.voucher_code);
+    GET DIAGNOSTICS written = ROW_COUNT;
+    IF written <> expected THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'a customer past the per-user limit';
+    END IF;
+
+    -- Each slot once, by the winners it took (locked above).
+    UPDATE voucher_slot x SET used = x.used + d.used
+      FROM (SELECT p.code, p.slot,
+                   least(p.room, greatest(0, w.wanted - (sum(p.room) OVER (PARTITION BY p.code ORDER BY p.ord) - p.room))) AS used
+              FROM unnest(pool_code, pool_slot, pool_room) WITH ORDINALITY p(code, slot, room, ord)
+              JOIN (SELECT i.code, count(*) AS wanted FROM unnest(p_codes) i(code) GROUP BY i.code) w
+                ON w.code = p.code) d
+     WHERE x.voucher_code = d.code AND x.slot = d.slot AND d.used > 0;
+
+    -- Budgets, as fg_merge_strict moves them.
+    SELECT array_agg(d.code ORDER BY d.code), array_agg(d.delta ORDER BY d.code)
+      INTO b_codes, b_deltas
+      FROM (SELECT i.code, sum(i.discount) AS delta
+              FROM unnest(p_codes, p_discounts) i(code, discount)
+              JOIN voucher_budget b ON b.voucher_code = i.code
+             GROUP BY i.code) d;
+    IF b_codes IS NOT NULL THEN
+        PERFORM 1 FROM voucher_budget b WHERE b.voucher_code = ANY (b_codes)
+         ORDER BY b.voucher_code
+           FOR UPDATE;
+        IF EXISTS (SELECT 1 FROM voucher_budget b
+                     JOIN unnest(b_codes, b_deltas) d(code, delta) ON b.voucher_code = d.code
+                    WHERE b.amount IS NOT NULL AND b.used + d.delta > b.amount) THEN
+            RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'new uses past the budget together';
+        END IF;
+        UPDATE voucher_budget b SET used = b.used + d.delta
+          FROM unnest(b_codes, b_deltas) d(code, delta)
+         WHERE b.voucher_code = d.code;
+    END IF;
+
+    RETURN QUERY
+    SELECT i.idx::INT, 'APPLIED'::TEXT, i.customer, 1::SMALLINT, i.discount, i.expires_at,
+           v.flash_sale, NULL::TEXT, NULL::TEXT
+      FROM unnest(p_codes, p_customers, p_discounts, p_expires_at)
+             WITH ORDINALITY AS i(code, customer, discount, expires_at, idx)
+      JOIN voucher v ON v.code = i.code
+     ORDER BY i.idx;
 END;
 $$;
 
@@ -1380,6 +1503,48 @@ CREATE FUNCTION public.fg_slot_campaign_fixed() RETURNS trigger
 BEGIN
     RAISE EXCEPTION 'voucher_slot.campaign of % never changes', OLD.voucher_code
           USING ERRCODE = 'check_violation', CONSTRAINT = 'voucher_slot_campaign_fixed';
+END;
+$$;
+
+--
+-- Name: fg_slot_room(text, bigint, text, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_slot_room(p_code text, p_wanted bigint, p_first_order text, p_slots integer) RETURNS TABLE(slot smallint, room bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    free  RECORD;
+    got   BIGINT := 0;
+    taken SMALLINT[] := '{}';
+    rooms BIGINT[] := '{}';
+BEGIN
+    LOOP
+        SELECT x.slot, x.cap - x.used AS room INTO free
+          FROM voucher_slot x
+         WHERE x.voucher_code = p_code AND x.used < x.cap AND x.slot <> ALL (taken)
+         ORDER BY (x.slot - abs(hashtext(p_first_order) % p_slots) + p_slots) % p_slots
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        taken := taken || free.slot;
+        rooms := rooms || free.room;
+        got := got + free.room;
+        EXIT WHEN got >= p_wanted;
+    END LOOP;
+    IF got < p_wanted THEN
+        SELECT COALESCE(array_agg(l.slot ORDER BY l.slot), '{}'),
+               COALESCE(array_agg(l.cap - l.used ORDER BY l.slot), '{}')
+          INTO taken, rooms
+          FROM (SELECT x.slot, x.cap, x.used FROM voucher_slot x
+                 WHERE x.voucher_code = p_code
+                 ORDER BY x.slot
+                   FOR UPDATE) l
+         WHERE l.used < l.cap;
+    END IF;
+    RETURN QUERY SELECT t.slot, t.room FROM unnest(taken, rooms) WITH ORDINALITY t(slot, room, ord)
+                  ORDER BY t.ord;
 END;
 $$;
 

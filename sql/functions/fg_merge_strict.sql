@@ -39,8 +39,6 @@ DECLARE
     n          INT := COALESCE(array_length(p_codes, 1), 0);
     changes    fg_change[];
     want       RECORD;
-    free       RECORD;
-    got        BIGINT;
     pool_code  TEXT[] := '{}';
     pool_slot  SMALLINT[] := '{}';
     pool_room  BIGINT[] := '{}';
@@ -124,42 +122,19 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'new and given-back uses of one voucher';
     END IF;
 
-    -- Room for each voucher's candidates: slots locked one at a time from a start the batch's
-    -- first order chooses, skipping those other batches hold, until their room covers the
-    -- candidates. When it does not, every slot is locked in order (waiting as needed), and the
-    -- room they hold is all there is: the first candidates take it.
+    -- Room for each voucher's candidates (fg_slot_room): when there is not enough, the room
+    -- there is goes to the first candidates.
     FOR want IN SELECT c.code, count(*) AS wanted, min(c.order_id) AS first_order,
                     x.counter_slots AS k
                FROM unnest(changes) c JOIN voucher x ON x.code = c.code
               WHERE c.kind = 'new_use' AND c.candidate
               GROUP BY c.code, x.counter_slots
               ORDER BY c.code LOOP
-        taken := '{}';
-        rooms := '{}';
-        got := 0;
-        LOOP
-            SELECT x.slot, x.cap - x.used AS room INTO free
-              FROM voucher_slot x
-             WHERE x.voucher_code = want.code AND x.used < x.cap AND x.slot <> ALL (taken)
-             ORDER BY (x.slot - abs(hashtext(want.first_order) % want.k) + want.k) % want.k
-             LIMIT 1
-               FOR UPDATE SKIP LOCKED;
-            EXIT WHEN NOT FOUND;
-            taken := taken || free.slot;
-            rooms := rooms || free.room;
-            got := got + free.room;
-            EXIT WHEN got >= want.wanted;
-        END LOOP;
-        IF got < want.wanted THEN
-            SELECT COALESCE(array_agg(l.slot ORDER BY l.slot), '{}'),
-                   COALESCE(array_agg(l.cap - l.used ORDER BY l.slot), '{}')
-              INTO taken, rooms
-              FROM (SELECT x.slot, x.cap, x.used FROM voucher_slot x
-                     WHERE x.voucher_code = want.code
-                     ORDER BY x.slot
-                       FOR UPDATE) l
-             WHERE l.used < l.cap;
-        END IF;
+        SELECT COALESCE(array_agg(r.slot ORDER BY r.ord), '{}'),
+               COALESCE(array_agg(r.room ORDER BY r.ord), '{}')
+          INTO taken, rooms
+          FROM fg_slot_room(want.code, want.wanted, want.first_order, want.k)
+                 WITH ORDINALITY r(slot, room, ord);
         pool_code := pool_code || array_fill(want.code, ARRAY[cardinality(taken)]);
         pool_slot := pool_slot || taken;
         pool_room := pool_room || rooms;

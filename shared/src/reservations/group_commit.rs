@@ -1,8 +1,9 @@
 //! Group commit in a long-running process (`flashgate serve`): reserves that arrive while a
 //! batch is being written go together in the next one, in one round trip, one transaction and
 //! one commit, and each is answered after that commit. Standard reserves go as one
-//! `fg_reserve_strict`, mode A's flash winners as one `fg_merge_strict`: set-based writes, a
-//! fixed handful of statements whatever the batch's size (the loop when they decline).
+//! `fg_reserve_strict`, mode A's flash winners as one `fg_merge_winners` (`fg_merge_strict` when
+//! one of them is a retry or a campaign's code): set-based writes, a fixed handful of
+//! statements whatever the batch's size (the general way, then the loop, when they decline).
 //!
 //! An on-demand Lambda environment serves one request at a time, so there every batch holds
 //! one request and counter slots are what spread its winners; on Managed Instances an
@@ -34,6 +35,9 @@ enum Job {
         order_id: String,
         held: Held,
         order_amount: i64,
+        /// A use the gate has just granted on a voucher of its own: `fg_merge_winners` can
+        /// write it (a retry, or a campaign's code, goes the general way).
+        plain: bool,
         answer: oneshot::Sender<Result<Merged, StoreError>>,
     },
 }
@@ -84,16 +88,25 @@ impl GroupCommit {
         answered.await.map_err(|_| stopped())?
     }
 
-    /// A flash winner written RESERVED, with the next batch.
+    /// A flash winner written RESERVED, with the next batch. `plain`: a use the gate has just
+    /// granted on a voucher of its own (not a retry, not a campaign's code).
     pub(super) async fn merge_reserved(
         &self,
         code: &VoucherCode,
         order_id: &str,
         held: Held,
         order_amount: i64,
+        plain: bool,
     ) -> Result<Merged, StoreError> {
         if self.max <= 1 {
             let merge = Merge::held(code, order_id, held, order_amount, Status::Reserved);
+            if plain {
+                let mut merged = self
+                    .store
+                    .merge_winners(std::slice::from_ref(&merge))
+                    .await?;
+                return merged.pop().ok_or(StoreError::NoRow)?;
+            }
             return self.store.merge(&merge).await;
         }
         let (answer, answered) = oneshot::channel();
@@ -102,6 +115,7 @@ impl GroupCommit {
             order_id: order_id.to_owned(),
             held,
             order_amount,
+            plain,
             answer,
         };
         self.queue().send(job).await.map_err(|_| stopped())?;
@@ -140,6 +154,7 @@ async fn write(store: Store, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: usize)
             jobs
         };
         let (mut reserves, mut winners) = (Vec::new(), Vec::new());
+        let mut all_plain = true;
         for job in jobs {
             match job {
                 Job::Reserve {
@@ -152,8 +167,12 @@ async fn write(store: Store, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: usize)
                     order_id,
                     held,
                     order_amount,
+                    plain,
                     answer,
-                } => winners.push((code, order_id, held, order_amount, answer)),
+                } => {
+                    all_plain &= plain;
+                    winners.push((code, order_id, held, order_amount, answer))
+                }
             }
         }
         if !reserves.is_empty() {
@@ -182,7 +201,13 @@ async fn write(store: Store, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: usize)
                 })
                 .collect();
             metrics::histogram!(BATCH_SIZE, "writer" => "flash").record(merges.len() as f64);
-            match store.merge_batch(&merges).await {
+            // A batch of plain winners (a sale's, nearly always) takes the short way.
+            let merged = if all_plain {
+                store.merge_winners(&merges).await
+            } else {
+                store.merge_batch(&merges).await
+            };
+            match merged {
                 Ok(answers) => {
                     for (winner, result) in winners.into_iter().zip(answers) {
                         let _ = winner.4.send(result);

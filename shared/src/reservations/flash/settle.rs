@@ -45,7 +45,13 @@ impl Flash {
         }
         let merged = self
             .writes
-            .merge_reserved(&r.code, order, held, r.order_amount)
+            .merge_reserved(
+                &r.code,
+                order,
+                held,
+                r.order_amount,
+                fresh && campaign.is_none(),
+            )
             .await;
         let merged = match merged {
             Ok(m) => m,
