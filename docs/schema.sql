@@ -1772,7 +1772,7 @@ CREATE TABLE public.customer_order (
     CONSTRAINT customer_order_amount CHECK (((order_amount >= 0) AND (order_amount <= '1000000000000000'::bigint))),
     CONSTRAINT customer_order_codes CHECK (((cardinality(codes) >= 1) AND (cardinality(codes) <= 5))),
     CONSTRAINT customer_order_customer_id CHECK ((customer_id >= 1)),
-    CONSTRAINT customer_order_order_id CHECK ((order_id ~ '^[A-Za-z0-9_.:-]{1,64}$'::text)),
+    CONSTRAINT customer_order_order_id_form CHECK ((((octet_length(order_id) >= 1) AND (octet_length(order_id) <= 64)) AND (order_id !~ '[^A-Za-z0-9_.:-]'::text))),
     CONSTRAINT customer_order_refused_has_refusal CHECK (((state = 5) = (refusal IS NOT NULL))),
     CONSTRAINT customer_order_release_reason CHECK ((release_reason = ANY (ARRAY['CANCELLED'::text, 'EXPIRED'::text, 'ABANDONED'::text]))),
     CONSTRAINT customer_order_released_has_reason CHECK (((state = 4) = (release_reason IS NOT NULL))),
@@ -1800,7 +1800,7 @@ CREATE TABLE public.redemption (
     CONSTRAINT redemption_customer_id_check CHECK ((customer_id >= 1)),
     CONSTRAINT redemption_discount_amount_check CHECK ((discount_amount >= 0)),
     CONSTRAINT redemption_order_amount_check CHECK (((order_amount >= 0) AND (order_amount <= '1000000000000000'::bigint))),
-    CONSTRAINT redemption_order_id_check CHECK ((order_id ~ '^[A-Za-z0-9_.:-]{1,64}$'::text)),
+    CONSTRAINT redemption_order_id_form CHECK ((((octet_length(order_id) >= 1) AND (octet_length(order_id) <= 64)) AND (order_id !~ '[^A-Za-z0-9_.:-]'::text))),
     CONSTRAINT redemption_release_reason_check CHECK ((release_reason = ANY (ARRAY['CANCELLED'::text, 'EXPIRED'::text, 'REVOKED'::text]))),
     CONSTRAINT redemption_released_has_reason CHECK (((status = 3) = (release_reason IS NOT NULL))),
     CONSTRAINT redemption_status_check CHECK ((status = ANY (ARRAY[1, 2, 3])))
