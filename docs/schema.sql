@@ -888,6 +888,7 @@ CREATE FUNCTION public.fg_merge_winners(p_codes text[], p_orders text[], p_custo
     SET enable_hashjoin TO 'off'
     SET enable_mergejoin TO 'off'
     SET enable_seqscan TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE

@@ -30,6 +30,9 @@ LANGUAGE plpgsql
 SET enable_hashjoin TO 'off'
 SET enable_mergejoin TO 'off'
 SET enable_seqscan TO 'off'
+-- Its statements' shapes never change with the batch: plan them once per connection rather than
+-- for every call (a custom plan each time cost a batch of 22 about a seventh of its CPU).
+SET plan_cache_mode TO 'force_generic_plan'
 AS $$
 #variable_conflict use_column
 DECLARE
