@@ -43,6 +43,28 @@ impl Flash {
                     .ok_or_else(|| StoreError::UnexpectedOutcome("expiry out of range".into()))?,
             });
         }
+        if !fresh {
+            // A retry (the gate answered REPLAY): Postgres nearly always has its row, and the
+            // row answers exactly what merging RESERVED into it would (a merge leaves it
+            // unchanged), without a place in group commit's batches, which a sale's winners are
+            // waiting for. Only a retry whose row is not there yet (its first write still on
+            // its way, or lost) merges it.
+            if let Some(row) = self.store.reservation(&r.code, &r.order_id).await? {
+                return if row.customer_id != held.customer_id {
+                    Err(ReserveError::OrderConflict)
+                } else if row.status.is_active() {
+                    Ok(Reservation {
+                        order_id: order.to_owned(),
+                        customer_id: row.customer_id,
+                        discount_amount: row.discount_amount,
+                        status: Status::Reserved,
+                        expires_at: row.expires_at,
+                    })
+                } else {
+                    Err(ReserveError::Released)
+                };
+            }
+        }
         let merged = self
             .writes
             .merge_reserved(
