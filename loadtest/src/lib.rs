@@ -10,8 +10,9 @@
 //!
 //! The flash-sale report puts the server's own view (its `/metrics`, [`server_view`]) beside the
 //! client's. Both run from the repository root: `cargo run --release --bin bench` or `--bin flash-sale`.
-//! This library holds what they share: an in-process Flashgate's settings on a scratch database
-//! and Redis key prefix of the run's own, and the cleanup that removes both afterwards.
+//! This library holds what they share: a Flashgate's settings (or its process's variables) on a
+//! scratch database and Redis key prefix of the run's own, and the cleanup that removes both
+//! afterwards.
 
 use shared::Settings;
 
@@ -52,20 +53,32 @@ impl Scratch {
         }
     }
 
-    /// Settings for an in-process Flashgate on the scratch database and Redis, the variables in
-    /// `extra` added (or overriding); everything else at the service's defaults, whatever this
-    /// process's environment says.
-    pub fn settings(&self, tag: &str, extra: &[(&str, String)]) -> anyhow::Result<Settings> {
-        let base = [
+    /// The variables of a Flashgate on the scratch database and Redis: `extra` added (or
+    /// overriding) the run's own database, Redis and key prefix.
+    pub fn env(&self, tag: &str, extra: &[(&str, String)]) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        for (k, v) in [
             ("DATABASE_URL", self.database_url()),
             ("REDIS_URL", self.redis.clone()),
             ("REDIS_KEY_PREFIX", self.key_prefix(tag)),
-        ];
+        ] {
+            if !env.iter().any(|(name, _)| name == k) {
+                env.push((k.to_owned(), v));
+            }
+        }
+        env
+    }
+
+    /// Settings for an in-process Flashgate with [`Scratch::env`]'s variables; everything else
+    /// at the service's defaults, whatever this process's environment says.
+    pub fn settings(&self, tag: &str, extra: &[(&str, String)]) -> anyhow::Result<Settings> {
+        let env = self.env(tag, extra);
         Ok(Settings::from_lookup(|k| {
-            extra
-                .iter()
-                .chain(base.iter())
-                .find(|(name, _)| *name == k)
+            env.iter()
+                .find(|(name, _)| name == k)
                 .map(|(_, v)| v.clone())
         })?)
     }
