@@ -737,17 +737,7 @@ BEGIN
                 OR c.kind = 'release' AND c.old_status IN (1, 2)
              GROUP BY c.code) d;
     IF b_codes IS NOT NULL THEN
-        PERFORM 1 FROM voucher_budget b WHERE b.voucher_code = ANY (b_codes)
-         ORDER BY b.voucher_code
-           FOR UPDATE;
-        IF EXISTS (SELECT 1 FROM voucher_budget b
-                     JOIN unnest(b_codes, b_deltas) d(code, delta) ON b.voucher_code = d.code
-                    WHERE b.amount IS NOT NULL AND b.used + d.delta > b.amount) THEN
-            RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'new uses past the budget together';
-        END IF;
-        UPDATE voucher_budget b SET used = b.used + d.delta
-          FROM unnest(b_codes, b_deltas) d(code, delta)
-         WHERE b.voucher_code = d.code;
+        PERFORM fg_move_budgets(b_codes, b_deltas);
     END IF;
 
     -- Campaigns' counters, last (lock order: code budget -> campaign customer -> campaign
@@ -1005,17 +995,7 @@ BEGIN
               JOIN voucher_budget b ON b.voucher_code = i.code
              GROUP BY i.code) d;
     IF b_codes IS NOT NULL THEN
-        PERFORM 1 FROM voucher_budget b WHERE b.voucher_code = ANY (b_codes)
-         ORDER BY b.voucher_code
-           FOR UPDATE;
-        IF EXISTS (SELECT 1 FROM voucher_budget b
-                     JOIN unnest(b_codes, b_deltas) d(code, delta) ON b.voucher_code = d.code
-                    WHERE b.amount IS NOT NULL AND b.used + d.delta > b.amount) THEN
-            RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'new uses past the budget together';
-        END IF;
-        UPDATE voucher_budget b SET used = b.used + d.delta
-          FROM unnest(b_codes, b_deltas) d(code, delta)
-         WHERE b.voucher_code = d.code;
+        PERFORM fg_move_budgets(b_codes, b_deltas);
     END IF;
 
     RETURN QUERY
@@ -1025,6 +1005,28 @@ BEGIN
              WITH ORDINALITY AS i(code, customer, discount, expires_at, idx)
       JOIN voucher v ON v.code = i.code
      ORDER BY i.idx;
+END;
+$$;
+
+--
+-- Name: fg_move_budgets(text[], bigint[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fg_move_budgets(p_codes text[], p_deltas bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM 1 FROM voucher_budget b WHERE b.voucher_code = ANY (p_codes)
+     ORDER BY b.voucher_code
+       FOR UPDATE;
+    IF EXISTS (SELECT 1 FROM voucher_budget b
+                 JOIN unnest(p_codes, p_deltas) d(code, delta) ON b.voucher_code = d.code
+                WHERE b.amount IS NOT NULL AND b.used + d.delta > b.amount) THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'new uses past the budget together';
+    END IF;
+    UPDATE voucher_budget b SET used = b.used + d.delta
+      FROM unnest(p_codes, p_deltas) d(code, delta)
+     WHERE b.voucher_code = d.code;
 END;
 $$;
 

@@ -149,17 +149,7 @@ BEGIN
               JOIN voucher_budget b ON b.voucher_code = i.code
              GROUP BY i.code) d;
     IF b_codes IS NOT NULL THEN
-        PERFORM 1 FROM voucher_budget b WHERE b.voucher_code = ANY (b_codes)
-         ORDER BY b.voucher_code
-           FOR UPDATE;
-        IF EXISTS (SELECT 1 FROM voucher_budget b
-                     JOIN unnest(b_codes, b_deltas) d(code, delta) ON b.voucher_code = d.code
-                    WHERE b.amount IS NOT NULL AND b.used + d.delta > b.amount) THEN
-            RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'new uses past the budget together';
-        END IF;
-        UPDATE voucher_budget b SET used = b.used + d.delta
-          FROM unnest(b_codes, b_deltas) d(code, delta)
-         WHERE b.voucher_code = d.code;
+        PERFORM fg_move_budgets(b_codes, b_deltas);
     END IF;
 
     RETURN QUERY

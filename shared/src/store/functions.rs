@@ -33,6 +33,7 @@ pub(super) const FUNCTIONS: &[(&str, &str)] = &[
     function!("fg_merge_set"),
     function!("fg_merge_strict"),
     function!("fg_merge_winners"),
+    function!("fg_move_budgets"),
     function!("fg_patch_campaign"),
     function!("fg_patch_voucher"),
     function!("fg_recover_orphan"),
