@@ -650,16 +650,17 @@ async fn sale(args: &Args, http: &reqwest::Client, base: &str) -> anyhow::Result
     )?;
     println!("wrote {json_path} and {html_path}");
 
+    // The verdict first: a run with problems still says how fast it was and what it held.
+    println!(
+        "{}",
+        verdict(summary.p99, summary.winners_p99, used, args.uses)
+    );
     if !problems.is_empty() {
         for p in problems.iter().take(20) {
             eprintln!("PROBLEM: {p}");
         }
         bail!("{} problems", problems.len());
     }
-    println!(
-        "{}",
-        verdict(summary.p99, summary.winners_p99, used, args.uses)
-    );
     if demand_met {
         println!("allocated exactly {}", args.uses);
     } else {
