@@ -917,6 +917,23 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'not a batch of plain winners';
     END IF;
 
+    -- The customers' counters first, as fg_merge_strict locks them before the slots: two
+    -- batches then never wait on each other's locks in a circle.
+    SELECT count(DISTINCT (i.code, i.customer)) INTO expected
+      FROM unnest(p_codes, p_customers) i(code, customer);
+    INSERT INTO voucher_customer AS vc (voucher_code, customer_id, active)
+    SELECT i.code, i.customer, count(*)
+      FROM unnest(p_codes, p_customers) i(code, customer)
+     GROUP BY i.code, i.customer
+     ORDER BY i.code, i.customer
+    ON CONFLICT (voucher_code, customer_id) DO UPDATE SET active = vc.active + EXCLUDED.active
+     WHERE vc.active + EXCLUDED.active
+           <= (SELECT x.per_user_limit FROM voucher x WHERE x.code = vc.voucher_code);
+    GET DIAGNOSTICS written = ROW_COUNT;
+    IF written <> expected THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'a customer past the per-user limit';
+    END IF;
+
     -- Room for every winner (fg_slot_room), or the batch is not plain.
     FOR want IN SELECT i.code, count(*) AS wanted, min(i.order_id) AS first_order,
                        x.counter_slots AS k
@@ -961,21 +978,6 @@ BEGIN
     GET DIAGNOSTICS written = ROW_COUNT;
     IF written <> n THEN
         RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'an order already written';
-    END IF;
-
-    SELECT count(DISTINCT (i.code, i.customer)) INTO expected
-      FROM unnest(p_codes, p_customers) i(code, customer);
-    INSERT INTO voucher_customer AS vc (voucher_code, customer_id, active)
-    SELECT i.code, i.customer, count(*)
-      FROM unnest(p_codes, p_customers) i(code, customer)
-     GROUP BY i.code, i.customer
-     ORDER BY i.code, i.customer
-    ON CONFLICT (voucher_code, customer_id) DO UPDATE SET active = vc.active + EXCLUDED.active
-     WHERE vc.active + EXCLUDED.active
-           <= (SELECT x.per_user_limit FROM voucher x WHERE x.code = vc.voucher_code);
-    GET DIAGNOSTICS written = ROW_COUNT;
-    IF written <> expected THEN
-        RAISE EXCEPTION USING ERRCODE = 'FG422', MESSAGE = 'a customer past the per-user limit';
     END IF;
 
     -- Each slot once, by the winners it took (locked above).
