@@ -2,7 +2,7 @@
 //! answer, and then the gate made to agree with what Postgres decided; in mode B the event.
 //! Also a release's use given back to the gate.
 
-use chrono::DateTime;
+use chrono::{DateTime, Utc};
 
 use super::{Flash, Winners};
 use crate::domain::{Held, OrderId, Reservation, Reserve, ReserveOutcome, Status, VoucherCode};
@@ -53,13 +53,12 @@ impl Flash {
                 return if row.customer_id != held.customer_id {
                     Err(ReserveError::OrderConflict)
                 } else if row.status.is_active() {
-                    Ok(Reservation {
-                        order_id: order.to_owned(),
-                        customer_id: row.customer_id,
-                        discount_amount: row.discount_amount,
-                        status: Status::Reserved,
-                        expires_at: row.expires_at,
-                    })
+                    Ok(held_by_row(
+                        order,
+                        row.customer_id,
+                        row.discount_amount,
+                        row.expires_at,
+                    ))
                 } else {
                     Err(ReserveError::Released)
                 };
@@ -91,13 +90,12 @@ impl Flash {
             (MergeOutcome::Applied | MergeOutcome::Unchanged, Some(row))
                 if row.status.is_active() =>
             {
-                Ok(Reservation {
-                    order_id: order.to_owned(),
-                    customer_id: row.customer_id,
-                    discount_amount: row.discount_amount,
-                    status: Status::Reserved,
-                    expires_at: row.expires_at,
-                })
+                Ok(held_by_row(
+                    order,
+                    row.customer_id,
+                    row.discount_amount,
+                    row.expires_at,
+                ))
             }
             (MergeOutcome::Applied | MergeOutcome::Unchanged | MergeOutcome::Revoked, _) => {
                 Err(ReserveError::Released)
@@ -207,5 +205,22 @@ impl Flash {
             // Postgres released it; the gate keeps the use until the reconciler returns it.
             tracing::warn!(code = code.as_str(), order_id = order, error = %Chain(&e), "gate release failed");
         }
+    }
+}
+
+/// The 201 of an order whose row Postgres holds active: what a retry is answered with, whether
+/// the row was read or merged.
+fn held_by_row(
+    order: &str,
+    customer_id: i64,
+    discount_amount: i64,
+    expires_at: DateTime<Utc>,
+) -> Reservation {
+    Reservation {
+        order_id: order.to_owned(),
+        customer_id,
+        discount_amount,
+        status: Status::Reserved,
+        expires_at,
     }
 }
